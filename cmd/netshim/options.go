@@ -1,0 +1,87 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/network"
+)
+
+// options are the daemon's flags, named as kubelet and cri-dockerd name
+// them so operators can carry their settings over.
+type options struct {
+	listen              string
+	dockerEndpoint      string
+	rootDir             string
+	networkPlugin       string
+	cniBinDir           string
+	cniConfDir          string
+	cniCacheDir         string
+	podInfraImage       string
+	mtu                 int
+	hairpinMode         string
+	restrictOOMScoreAdj string
+	stopTimeout         time.Duration
+	shutdownTimeout     time.Duration
+}
+
+func defaultOptions() *options {
+	return &options{
+		listen:              "unix:///run/netshim/netshim.sock",
+		dockerEndpoint:      "unix:///var/run/docker.sock",
+		rootDir:             "/var/lib/netshim",
+		networkPlugin:       "cni",
+		cniBinDir:           "/opt/cni/bin,/usr/lib/cni",
+		cniConfDir:          "/etc/cni/net.d",
+		cniCacheDir:         "/var/lib/cni/cache",
+		podInfraImage:       "registry.k8s.io/pause:3.10",
+		hairpinMode:         string(network.DefaultHairpinMode),
+		restrictOOMScoreAdj: "auto",
+		stopTimeout:         10 * time.Second,
+		shutdownTimeout:     10 * time.Second,
+	}
+}
+
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.listen, "listen", o.listen, "CRI endpoint to serve, as unix://PATH. The socket is created mode 0660, its directory if missing; a stale socket left by a crash is replaced.")
+	fs.StringVar(&o.dockerEndpoint, "docker-endpoint", o.dockerEndpoint, "Docker engine endpoint. The API version is negotiated, so any engine from API 1.41 (Docker 20.10) on works.")
+	fs.StringVar(&o.rootDir, "root-dir", o.rootDir, "Directory for netshim's state: sandbox checkpoints live in ROOT/sandbox.")
+	fs.StringVar(&o.networkPlugin, "network-plugin", o.networkPlugin, "Pod network plugin: \"cni\" (the default network from --cni-conf-dir) or \"none\" (pods get loopback only).")
+	fs.StringVar(&o.cniBinDir, "cni-bin-dir", o.cniBinDir, "Comma-separated list of directories searched, in order, for CNI plugin binaries.")
+	fs.StringVar(&o.cniConfDir, "cni-conf-dir", o.cniConfDir, "Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is the default network. Re-read periodically, so a config added later needs no restart.")
+	fs.StringVar(&o.cniCacheDir, "cni-cache-dir", o.cniCacheDir, "Directory where libcni caches each attachment's config and result; teardown uses it to release exactly what setup took.")
+	fs.StringVar(&o.podInfraImage, "pod-infra-container-image", o.podInfraImage, "Image of the pod infra (\"pause\") container that holds each pod's namespaces. Pulled only if missing.")
+	fs.IntVar(&o.mtu, "mtu", o.mtu, "MTU of pod interfaces for plugins that set it; 0 lets the plugin decide.")
+	fs.StringVar(&o.hairpinMode, "hairpin-mode", o.hairpinMode, "How a pod reaches itself through a service: \"hairpin-veth\", \"promiscuous-bridge\" or \"none\".")
+	fs.StringVar(&o.restrictOOMScoreAdj, "restrict-oom-score-adj", o.restrictOOMScoreAdj, "Clamp negative oom_score_adj values (kubelet asks -998 for sandboxes) to netshim's own: \"auto\" when netshim lacks CAP_SYS_RESOURCE (runc would fail the start), \"true\" always, \"false\" never.")
+	fs.DurationVar(&o.stopTimeout, "stop-timeout", o.stopTimeout, "Grace period given to a sandbox's containers when the sandbox is stopped.")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "On SIGTERM/SIGINT, how long in-flight RPCs may run before the server stops hard.")
+
+	// klog's flags (-v, --vmodule, --logtostderr...) as kubelet has them.
+	gofs := flag.NewFlagSet("klog", flag.ExitOnError)
+	klog.InitFlags(gofs)
+	fs.AddGoFlagSet(gofs)
+}
+
+func (o *options) validate() error {
+	if !strings.HasPrefix(o.listen, "unix://") || len(o.listen) == len("unix://") {
+		return fmt.Errorf("--listen %q: want unix:///path/to/socket", o.listen)
+	}
+	switch network.HairpinMode(o.hairpinMode) {
+	case network.HairpinVeth, network.PromiscuousBridge, network.HairpinNone:
+	default:
+		return fmt.Errorf("--hairpin-mode %q: want hairpin-veth, promiscuous-bridge or none", o.hairpinMode)
+	}
+	if o.mtu < 0 {
+		return fmt.Errorf("--mtu %d: must not be negative", o.mtu)
+	}
+	if o.podInfraImage == "" {
+		return fmt.Errorf("--pod-infra-container-image must not be empty")
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/cni"
+	"github.com/netshim/netshim/pkg/dockerservice"
+	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/version"
+)
+
+func newRootCommand() *cobra.Command {
+	opts := defaultOptions()
+	cmd := &cobra.Command{
+		Use:   "netshim",
+		Short: "A CRI runtime that runs Kubernetes pods on a Docker engine",
+		Long: `netshim serves the Kubernetes Container Runtime Interface (CRI v1) on a unix
+socket and runs pods on a Docker engine, with pod networking through CNI.
+Point kubelet at it with --container-runtime-endpoint=unix:///run/netshim/netshim.sock.`,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.validate(); err != nil {
+				return err
+			}
+			return run(cmd.Context(), opts)
+		},
+	}
+	opts.addFlags(cmd.Flags())
+	cmd.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print netshim's version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "netshim %s (CRI %s)\n", version.Version, version.CRIVersion)
+		},
+	})
+	return cmd
+}
+
+func run(ctx context.Context, opts *options) error {
+	klog.InfoS("Starting netshim", "version", version.Version, "listen", opts.listen, "dockerEndpoint", opts.dockerEndpoint, "networkPlugin", opts.networkPlugin)
+	oomFloor, err := dockerservice.OOMScoreAdjFloor(opts.restrictOOMScoreAdj, "/proc")
+	if err != nil {
+		return err
+	}
+	if oomFloor != nil {
+		klog.InfoS("WARNING: negative oom_score_adj values will be clamped (netshim lacks CAP_SYS_RESOURCE, or --restrict-oom-score-adj=true)", "floor", *oomFloor)
+	}
+	client, err := dockerservice.NewDockerClient(opts.dockerEndpoint)
+	if err != nil {
+		return fmt.Errorf("creating Docker client for %s: %w", opts.dockerEndpoint, err)
+	}
+	defer client.Close()
+	checkpoints, err := checkpoint.NewManager(filepath.Join(opts.rootDir, "sandbox"))
+	if err != nil {
+		return fmt.Errorf("opening checkpoint store: %w", err)
+	}
+	plugins := []network.NetworkPlugin{
+		cni.NewPlugin(cni.Options{
+			ConfDir:  opts.cniConfDir,
+			BinDirs:  network.SplitDirs(opts.cniBinDir),
+			CacheDir: opts.cniCacheDir,
+		}),
+	}
+	ds, err := dockerservice.NewDockerService(dockerservice.Config{
+		PodInfraImage:     opts.podInfraImage,
+		OOMScoreAdjFloor:  oomFloor,
+		NetworkPluginName: opts.networkPlugin,
+		Network: network.PluginConfig{
+			HairpinMode: network.HairpinMode(opts.hairpinMode),
+			MTU:         opts.mtu,
+		},
+		StopTimeout: opts.stopTimeout,
+	}, client, checkpoints, plugins)
+	if err != nil {
+		return err
+	}
+	defer ds.Close()
+
+	socketPath := opts.listen[len("unix://"):]
+	lis, err := listenUnix(socketPath)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(socketPath)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(dockerservice.UnaryInterceptor))
+	ds.Register(srv)
+
+	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(lis) }()
+	klog.InfoS("Serving CRI", "socket", socketPath)
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serving CRI on %s: %w", socketPath, err)
+	case <-sigCtx.Done():
+	}
+	klog.InfoS("Shutting down: waiting for in-flight RPCs", "timeout", opts.shutdownTimeout)
+	shutdownGracefully(srv, opts.shutdownTimeout)
+	klog.InfoS("netshim stopped")
+	return nil
+}
+
+// shutdownGracefully lets in-flight RPCs finish (a RunPodSandbox cut in the
+// middle would have to be cleaned up later), but not forever.
+func shutdownGracefully(srv *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		klog.InfoS("Graceful shutdown timed out; stopping hard")
+		srv.Stop()
+	}
+}

@@ -1,0 +1,66 @@
+package dockerservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// codedError attaches a gRPC code to an error while keeping the chain
+// intact, so handlers say what kind of failure it is and the interceptor
+// alone turns it into a status.
+type codedError struct {
+	code codes.Code
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+func withCode(code codes.Code, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &codedError{code: code, err: err}
+}
+
+func invalidArgf(format string, args ...any) error {
+	return withCode(codes.InvalidArgument, fmt.Errorf(format, args...))
+}
+
+func notFoundf(format string, args ...any) error {
+	return withCode(codes.NotFound, fmt.Errorf(format, args...))
+}
+
+// toStatus maps an error to a gRPC status. Order matters: an explicit code
+// wins over what the wrapped Docker error says.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var ce *codedError
+	switch {
+	case errors.As(err, &ce):
+		return status.Error(ce.code, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errdefs.IsNotFound(err):
+		return status.Error(codes.NotFound, err.Error())
+	case errdefs.IsInvalidArgument(err):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errdefs.IsConflict(err):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errdefs.IsUnavailable(err):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.Error(codes.Unknown, err.Error())
+}

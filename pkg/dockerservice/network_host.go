@@ -1,0 +1,56 @@
+package dockerservice
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/netshim/netshim/pkg/network"
+)
+
+// networkHost is the view of the service a network plugin gets.
+type networkHost struct{ ds *DockerService }
+
+var _ network.Host = (*networkHost)(nil)
+
+// GetNetNS returns the sandbox's netns path, or "" once the infra container
+// is no longer running: the path is /proc/<pid>/ns/net of a live process.
+func (h *networkHost) GetNetNS(ctx context.Context, sandboxID string) (string, error) {
+	h.ds.mu.Lock()
+	path, ok := h.ds.netns[sandboxID]
+	h.ds.mu.Unlock()
+	if ok {
+		return path, nil
+	}
+	c, err := h.ds.client.ContainerInspect(ctx, sandboxID)
+	if errdefs.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("inspecting sandbox %s for its network namespace: %w", sandboxID, err)
+	}
+	return netnsPath(c.State.Running, c.State.Pid), nil
+}
+
+// GetPodPortMappings returns the sandbox's port mappings from its
+// checkpoint: they must be known at teardown even after the container and
+// the daemon that created it are gone.
+func (h *networkHost) GetPodPortMappings(_ context.Context, sandboxID string) ([]network.PortMapping, error) {
+	cp := h.ds.getCheckpoint(sandboxID)
+	if cp == nil {
+		return nil, nil
+	}
+	out := make([]network.PortMapping, 0, len(cp.PortMappings))
+	for _, pm := range cp.PortMappings {
+		out = append(out, network.PortMapping{Protocol: pm.Protocol, ContainerPort: pm.ContainerPort, HostPort: pm.HostPort, HostIP: pm.HostIP})
+	}
+	return out, nil
+}
+
+func netnsPath(running bool, pid int) string {
+	if !running || pid <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("/proc/%d/ns/net", pid)
+}

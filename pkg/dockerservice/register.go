@@ -1,0 +1,14 @@
+package dockerservice
+
+import (
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Register serves both CRI services from ds on s. RPCs not implemented yet
+// answer codes.Unimplemented naming the method (the embedded
+// Unimplemented*Server types do that).
+func (ds *DockerService) Register(s *grpc.Server) {
+	runtimeapi.RegisterRuntimeServiceServer(s, ds)
+	runtimeapi.RegisterImageServiceServer(s, ds)
+}

@@ -1,0 +1,56 @@
+package dockerservice
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// RemovePodSandbox removes the pod's containers, its infra container and
+// its checkpoint, tearing the network down first if that has not been
+// done. The checkpoint goes last: while the network may still hold an IP
+// it is the only record of what to release. Idempotent.
+func (ds *DockerService) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	ref, found, err := ds.lookupSandbox(ctx, r.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return &runtimeapi.RemovePodSandboxResponse{}, nil
+	}
+	if ref.running() || ref.needsTearDown() {
+		if err := ds.stopSandbox(ctx, ref); err != nil {
+			return nil, fmt.Errorf("stopping pod sandbox %s before removing it: %w", ref.id, err)
+		}
+	}
+	cs, err := ds.podContainers(ctx, ref.id, true)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		if err := ds.removeContainer(ctx, c.ID); err != nil {
+			return nil, fmt.Errorf("removing container %s of pod sandbox %s: %w", c.ID, ref.id, err)
+		}
+	}
+	if ref.c != nil {
+		if err := ds.removeContainer(ctx, ref.id); err != nil {
+			return nil, fmt.Errorf("removing infra container of pod sandbox %s: %w", ref.id, err)
+		}
+	}
+	if err := ds.removeCheckpoint(ref.id); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+// removeContainer force-removes a container; one already gone is fine.
+func (ds *DockerService) removeContainer(ctx context.Context, id string) error {
+	err := ds.client.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,353 @@
+package dockerservice
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"google.golang.org/grpc/codes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/network"
+)
+
+// sandboxOOMScoreAdj is what kubelet expects for infra containers: the
+// last thing the OOM killer should pick.
+const sandboxOOMScoreAdj = -998
+
+// cleanupTimeout bounds the undo of a failed RunPodSandbox, which runs
+// even when the caller has given up.
+const cleanupTimeout = 2 * time.Minute
+
+// RunPodSandbox creates and starts the pod's infra container, then attaches
+// it to the pod network. Every failure after the container exists undoes
+// what was done: network, container and checkpoint.
+func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	cfg := r.GetConfig()
+	if err := validateSandboxConfig(cfg); err != nil {
+		return nil, err
+	}
+	md := cfg.GetMetadata()
+	name := sandboxContainerName(md)
+	release, err := ds.reserveName(name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	t := newStepTimer("RunPodSandbox", "pod", klog.KRef(md.Namespace, md.Name))
+	image := ds.cfg.PodInfraImage
+	if err := ds.ensureImage(ctx, image); err != nil {
+		return nil, err
+	}
+	t.step("image")
+
+	config, hostConfig, err := ds.sandboxDockerConfig(cfg, r.GetRuntimeHandler())
+	if err != nil {
+		return nil, err
+	}
+	created, err := ds.client.ContainerCreate(ctx, config, hostConfig, nil, nil, name)
+	if errdefs.IsNotFound(err) {
+		// The image went away behind our back: pull it and try once more.
+		ds.forgetImage(image)
+		if err = ds.ensureImage(ctx, image); err == nil {
+			created, err = ds.client.ContainerCreate(ctx, config, hostConfig, nil, nil, name)
+		}
+	}
+	if errdefs.IsConflict(err) {
+		return ds.existingSandbox(ctx, name, md)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating infra container for pod %s: %w", klog.KRef(md.Namespace, md.Name), err)
+	}
+	id := created.ID
+	t.step("create")
+
+	// From here on a failure must leave nothing behind.
+	ds.markSettingUp(id, true)
+	defer ds.markSettingUp(id, false)
+	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
+	cp := &checkpoint.PodSandbox{
+		SandboxID:    id,
+		Name:         md.Name,
+		Namespace:    md.Namespace,
+		UID:          md.Uid,
+		Attempt:      md.Attempt,
+		HostNetwork:  hostNetwork,
+		PortMappings: checkpointPortMappings(cfg.GetPortMappings()),
+		CreatedAt:    time.Now().UnixNano(),
+	}
+	// The checkpoint is written before the container starts, so that a
+	// crash at any later point still leaves what teardown needs.
+	if err := ds.putCheckpoint(cp); err != nil {
+		ds.undoRunPodSandbox(ctx, cp, false)
+		return nil, err
+	}
+	t.step("checkpoint")
+
+	if err := ds.client.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		ds.undoRunPodSandbox(ctx, cp, false)
+		return nil, fmt.Errorf("starting infra container %s for pod %s: %w", id, klog.KRef(md.Namespace, md.Name), err)
+	}
+	t.step("start")
+
+	if !hostNetwork {
+		if err := ds.setUpSandboxNetwork(ctx, cp, cfg); err != nil {
+			ds.undoRunPodSandbox(ctx, cp, true)
+			return nil, err
+		}
+		t.step("network")
+	}
+	t.done("podSandboxID", id)
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+// setUpSandboxNetwork finds the netns of the started infra container, asks
+// the plugin to attach it, and records the resulting IPs in the checkpoint
+// so that status never has to enter the netns again.
+func (ds *DockerService) setUpSandboxNetwork(ctx context.Context, cp *checkpoint.PodSandbox, cfg *runtimeapi.PodSandboxConfig) error {
+	c, err := ds.client.ContainerInspect(ctx, cp.SandboxID)
+	if err != nil {
+		return fmt.Errorf("inspecting infra container %s: %w", cp.SandboxID, err)
+	}
+	path := netnsPath(c.State.Running, c.State.Pid)
+	if path == "" {
+		return fmt.Errorf("infra container %s exited right after start (exit code %d): %s", cp.SandboxID, c.State.ExitCode, c.State.Error)
+	}
+	ds.mu.Lock()
+	ds.netns[cp.SandboxID] = path
+	ds.mu.Unlock()
+
+	pod := podRef(cp)
+	var opts network.SetUpOptions
+	if dns := cfg.GetDnsConfig(); dns != nil {
+		opts.DNS = &network.DNSConfig{Servers: dns.Servers, Searches: dns.Searches, Options: dns.Options}
+	}
+	if err := ds.network.SetUpPod(ctx, pod, cfg.GetAnnotations(), opts); err != nil {
+		return err
+	}
+	st, err := ds.network.GetPodNetworkStatus(ctx, pod)
+	if err != nil {
+		return err
+	}
+	updated := *cp
+	updated.IPs = nil
+	for _, ip := range st.IPs {
+		updated.IPs = append(updated.IPs, ip.String())
+	}
+	updated.NetworkResult = st.Result
+	return ds.putCheckpoint(&updated)
+}
+
+// undoRunPodSandbox removes what a failed RunPodSandbox created. It runs on
+// a context detached from the caller's: a kubelet that timed out must not
+// leave a half-made pod behind.
+func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.PodSandbox, tearDown bool) {
+	ctx, cancel := context.WithTimeout(backgroundCtx(ctx), cleanupTimeout)
+	defer cancel()
+	log := []any{"pod", klog.KRef(cp.Namespace, cp.Name), "podSandboxID", cp.SandboxID}
+	keepCheckpoint := false
+	if tearDown {
+		if err := ds.network.TearDownPod(ctx, podRef(cp)); err != nil {
+			// Keep the checkpoint: it is what a later StopPodSandbox or
+			// the start-up retry needs to free the IP.
+			keepCheckpoint = true
+			klog.ErrorS(err, "Failed to tear down the network of a sandbox whose setup failed; keeping its checkpoint for a later retry", log...)
+		}
+	}
+	if err := ds.client.ContainerRemove(ctx, cp.SandboxID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
+		klog.ErrorS(err, "Failed to remove infra container of a failed sandbox", log...)
+	}
+	ds.forgetNetNS(cp.SandboxID)
+	if !keepCheckpoint {
+		if err := ds.removeCheckpoint(cp.SandboxID); err != nil {
+			klog.ErrorS(err, "Failed to remove checkpoint of a failed sandbox", log...)
+		}
+	}
+}
+
+// existingSandbox answers a RunPodSandbox whose name Docker already knows.
+// A retry of a request that succeeded gets the same sandbox back; anything
+// else is a conflict the caller must resolve by removing the old one.
+func (ds *DockerService) existingSandbox(ctx context.Context, name string, md *runtimeapi.PodSandboxMetadata) (*runtimeapi.RunPodSandboxResponse, error) {
+	c, err := ds.client.ContainerInspect(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("a container named %s exists but cannot be inspected: %w", name, err)
+	}
+	if c.Config == nil || c.Config.Labels[labelType] != typeSandbox {
+		return nil, withCode(codes.AlreadyExists, fmt.Errorf("a container named %s (%s) exists that netshim does not own; remove it first", name, c.ID))
+	}
+	if c.State != nil && c.State.Running && ds.getCheckpoint(c.ID) != nil {
+		klog.InfoS("RunPodSandbox for an existing ready sandbox: returning it", "pod", klog.KRef(md.Namespace, md.Name), "attempt", md.Attempt, "podSandboxID", c.ID)
+		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: c.ID}, nil
+	}
+	return nil, withCode(codes.AlreadyExists, fmt.Errorf("pod sandbox %s attempt %d already exists as %s and is not ready; stop and remove it before running it again", klog.KRef(md.Namespace, md.Name), md.Attempt, c.ID))
+}
+
+// reserveName refuses a second concurrent RunPodSandbox for the same pod
+// and attempt: the first one decides what exists.
+func (ds *DockerService) reserveName(name string) (func(), error) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if ds.creating[name] {
+		return nil, withCode(codes.Aborted, fmt.Errorf("pod sandbox %s is already being created; retry later", name))
+	}
+	ds.creating[name] = true
+	return func() {
+		ds.mu.Lock()
+		delete(ds.creating, name)
+		ds.mu.Unlock()
+	}, nil
+}
+
+func (ds *DockerService) markSettingUp(id string, on bool) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if on {
+		ds.settingUp[id] = true
+	} else {
+		delete(ds.settingUp, id)
+	}
+}
+
+func (ds *DockerService) isSettingUp(id string) bool {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	return ds.settingUp[id]
+}
+
+func (ds *DockerService) forgetNetNS(id string) {
+	ds.mu.Lock()
+	delete(ds.netns, id)
+	ds.mu.Unlock()
+}
+
+// sandboxDockerConfig maps a CRI sandbox config to Docker's.
+func (ds *DockerService) sandboxDockerConfig(cfg *runtimeapi.PodSandboxConfig, runtimeHandler string) (*container.Config, *container.HostConfig, error) {
+	labels, err := sandboxLabels(cfg, runtimeHandler)
+	if err != nil {
+		return nil, nil, err
+	}
+	linux := cfg.GetLinux()
+	sc := linux.GetSecurityContext()
+	ns := sc.GetNamespaceOptions()
+	config := &container.Config{
+		Image:    ds.cfg.PodInfraImage,
+		Hostname: cfg.GetHostname(),
+		Labels:   labels,
+	}
+	hc := &container.HostConfig{
+		NetworkMode:    "none",
+		IpcMode:        "shareable",
+		Sysctls:        linux.GetSysctls(),
+		OomScoreAdj:    ds.oomScoreAdj(sandboxOOMScoreAdj),
+		Privileged:     sc.GetPrivileged(),
+		ReadonlyRootfs: sc.GetReadonlyRootfs(),
+		// The restart policy stays "no": kubelet decides what restarts.
+	}
+	hc.CgroupParent = linux.GetCgroupParent()
+	if ns.GetNetwork() == runtimeapi.NamespaceMode_NODE {
+		hc.NetworkMode = "host"
+		// Docker refuses a hostname with host networking; the pod then
+		// has the node's, as kubelet expects.
+		config.Hostname = ""
+	}
+	if ns.GetIpc() == runtimeapi.NamespaceMode_NODE {
+		hc.IpcMode = "host"
+	}
+	if ns.GetPid() == runtimeapi.NamespaceMode_NODE {
+		hc.PidMode = "host"
+	}
+	if dns := cfg.GetDnsConfig(); dns != nil {
+		// Docker writes the pod's resolv.conf from these, so nothing has
+		// to be rewritten after start.
+		hc.DNS = dns.Servers
+		hc.DNSSearch = dns.Searches
+		hc.DNSOptions = dns.Options
+	}
+	if uid := sc.GetRunAsUser(); uid != nil {
+		config.User = strconv.FormatInt(uid.Value, 10)
+		if gid := sc.GetRunAsGroup(); gid != nil {
+			config.User += ":" + strconv.FormatInt(gid.Value, 10)
+		}
+	}
+	for _, g := range sc.GetSupplementalGroups() {
+		hc.GroupAdd = append(hc.GroupAdd, strconv.FormatInt(g, 10))
+	}
+	secOpts, err := seccompSecurityOpt(sc.GetSeccomp())
+	if err != nil {
+		return nil, nil, err
+	}
+	hc.SecurityOpt = secOpts
+	return config, hc, nil
+}
+
+// seccompSecurityOpt maps a CRI seccomp profile to Docker's security-opt.
+// Docker's API takes a Localhost profile's content, not its path.
+func seccompSecurityOpt(p *runtimeapi.SecurityProfile) ([]string, error) {
+	switch p.GetProfileType() {
+	case runtimeapi.SecurityProfile_Unconfined:
+		return []string{"seccomp=unconfined"}, nil
+	case runtimeapi.SecurityProfile_Localhost:
+		data, err := os.ReadFile(p.GetLocalhostRef())
+		if err != nil {
+			return nil, invalidArgf("reading seccomp profile %q: %v", p.GetLocalhostRef(), err)
+		}
+		return []string{"seccomp=" + string(data)}, nil
+	default:
+		// RuntimeDefault: Docker's default profile applies.
+		return nil, nil
+	}
+}
+
+func checkpointPortMappings(pms []*runtimeapi.PortMapping) []checkpoint.PortMapping {
+	var out []checkpoint.PortMapping
+	for _, pm := range pms {
+		out = append(out, checkpoint.PortMapping{
+			Protocol:      protocolName(pm.Protocol),
+			ContainerPort: pm.ContainerPort,
+			HostPort:      pm.HostPort,
+			HostIP:        pm.HostIp,
+		})
+	}
+	return out
+}
+
+func podRef(cp *checkpoint.PodSandbox) network.PodRef {
+	return network.PodRef{Namespace: cp.Namespace, Name: cp.Name, UID: cp.UID, SandboxID: cp.SandboxID}
+}
+
+// stepTimer logs how long each step of an operation took, at -v=4.
+type stepTimer struct {
+	op    string
+	kv    []any
+	start time.Time
+	last  time.Time
+	steps []any
+}
+
+func newStepTimer(op string, kv ...any) *stepTimer {
+	now := time.Now()
+	return &stepTimer{op: op, kv: kv, start: now, last: now}
+}
+
+func (t *stepTimer) step(name string) {
+	now := time.Now()
+	t.steps = append(t.steps, name, now.Sub(t.last))
+	t.last = now
+}
+
+func (t *stepTimer) done(kv ...any) {
+	if !klog.V(4).Enabled() {
+		return
+	}
+	all := append(append(append([]any{}, t.kv...), kv...), t.steps...)
+	all = append(all, "total", time.Since(t.start))
+	klog.V(4).InfoS(t.op+" steps", all...)
+}

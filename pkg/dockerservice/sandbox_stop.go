@@ -1,0 +1,190 @@
+package dockerservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+)
+
+// sandboxRef is what is known of a sandbox from its checkpoint and its
+// infra container; either may be missing.
+type sandboxRef struct {
+	id string
+	cp *checkpoint.PodSandbox
+	c  *container.InspectResponse
+}
+
+// lookupSandbox finds a sandbox by ID (or unique ID prefix, as Docker
+// resolves it). found is false when neither a checkpoint nor a container is
+// left: for Stop and Remove that means there is nothing to do.
+func (ds *DockerService) lookupSandbox(ctx context.Context, id string) (ref sandboxRef, found bool, err error) {
+	if id == "" {
+		return ref, false, invalidArgf("pod sandbox ID is required")
+	}
+	ref.id = id
+	c, err := ds.client.ContainerInspect(ctx, id)
+	switch {
+	case errdefs.IsNotFound(err):
+	case err != nil:
+		return ref, false, fmt.Errorf("inspecting pod sandbox %s: %w", id, err)
+	default:
+		if c.Config == nil || c.Config.Labels[labelType] != typeSandbox {
+			return ref, false, notFoundf("%s is not a pod sandbox managed by netshim", id)
+		}
+		ref.id = c.ID
+		ref.c = &c
+	}
+	ref.cp = ds.getCheckpoint(ref.id)
+	return ref, ref.c != nil || ref.cp != nil, nil
+}
+
+func (r sandboxRef) running() bool { return r.c != nil && r.c.State != nil && r.c.State.Running }
+
+// hostNetwork says whether the sandbox uses the node's network (and so has
+// no pod network to tear down).
+func (r sandboxRef) hostNetwork() bool {
+	if r.cp != nil {
+		return r.cp.HostNetwork
+	}
+	return r.c != nil && r.c.HostConfig != nil && r.c.HostConfig.NetworkMode.IsHost()
+}
+
+// needsTearDown is true until a teardown is known to have succeeded. With
+// no checkpoint nothing is known, so teardown is attempted: CNI DEL is
+// idempotent, a leaked IP is not.
+func (r sandboxRef) needsTearDown() bool {
+	if r.hostNetwork() {
+		return false
+	}
+	return r.cp == nil || !r.cp.NetworkTornDown
+}
+
+// checkpointOrLabels returns the sandbox's checkpoint, or one rebuilt from
+// the container's labels when the checkpoint is gone.
+func (r sandboxRef) checkpointOrLabels() *checkpoint.PodSandbox {
+	if r.cp != nil {
+		return r.cp
+	}
+	md := sandboxMetadataFromLabels(r.c.Config.Labels)
+	return &checkpoint.PodSandbox{SandboxID: r.id, Name: md.Name, Namespace: md.Namespace, UID: md.Uid, Attempt: md.Attempt}
+}
+
+// StopPodSandbox stops the pod's containers, tears the pod network down and
+// then stops the infra container. The network goes first, while the netns
+// still exists; when it is already gone (container removed, daemon
+// restarted) the teardown still runs from the checkpoint. Idempotent.
+func (ds *DockerService) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	ref, found, err := ds.lookupSandbox(ctx, r.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return &runtimeapi.StopPodSandboxResponse{}, nil
+	}
+	if err := ds.stopSandbox(ctx, ref); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (ds *DockerService) stopSandbox(ctx context.Context, ref sandboxRef) error {
+	t := newStepTimer("StopPodSandbox", "podSandboxID", ref.id)
+	if err := ds.stopPodContainers(ctx, ref.id); err != nil {
+		return err
+	}
+	t.step("containers")
+
+	// A teardown failure does not stop us from stopping the infra
+	// container (the IP stays recorded in the checkpoint and the next
+	// Stop/Remove retries the DEL), but it is reported: success would
+	// tell kubelet the IP is free.
+	var tearDownErr error
+	if ref.needsTearDown() {
+		tearDownErr = ds.tearDownSandboxNetwork(ctx, ref)
+		t.step("network")
+	}
+
+	if ref.c != nil {
+		if err := ds.stopContainer(ctx, ref.id); err != nil {
+			return errors.Join(tearDownErr, fmt.Errorf("stopping infra container of pod sandbox %s: %w", ref.id, err))
+		}
+		t.step("infra")
+	}
+	ds.forgetNetNS(ref.id)
+	t.done()
+	return tearDownErr
+}
+
+// tearDownSandboxNetwork calls the plugin and records success in the
+// checkpoint.
+func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandboxRef) error {
+	cp := ref.checkpointOrLabels()
+	if err := ds.network.TearDownPod(ctx, podRef(cp)); err != nil {
+		return err
+	}
+	if ref.cp == nil {
+		return nil
+	}
+	updated := *ref.cp
+	updated.NetworkTornDown = true
+	return ds.putCheckpoint(&updated)
+}
+
+// stopContainer stops one container; one already stopped or gone is fine.
+func (ds *DockerService) stopContainer(ctx context.Context, id string) error {
+	timeout := int(ds.cfg.StopTimeout.Seconds())
+	err := ds.client.ContainerStop(ctx, id, container.StopOptions{Timeout: &timeout})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// podContainers lists the workload containers of a sandbox in one call.
+func (ds *DockerService) podContainers(ctx context.Context, sandboxID string, all bool) ([]container.Summary, error) {
+	cs, err := ds.client.ContainerList(ctx, container.ListOptions{
+		All:     all,
+		Filters: filters.NewArgs(filters.Arg("label", labelType+"="+typeContainer), filters.Arg("label", labelSandboxID+"="+sandboxID)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing containers of pod sandbox %s: %w", sandboxID, err)
+	}
+	return cs, nil
+}
+
+// stopPodContainers stops the sandbox's running containers in parallel:
+// each may take its whole grace period.
+func (ds *DockerService) stopPodContainers(ctx context.Context, sandboxID string) error {
+	cs, err := ds.podContainers(ctx, sandboxID, false)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(cs))
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := ds.stopContainer(ctx, c.ID); err != nil {
+				errs[i] = fmt.Errorf("stopping container %s of pod sandbox %s: %w", c.ID, sandboxID, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if len(cs) > 0 {
+		klog.V(4).InfoS("Stopped pod containers", "podSandboxID", sandboxID, "count", len(cs))
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+// Package dockerservice implements the CRI RuntimeService and ImageService
+// on top of a Docker engine, with pod networking delegated to a
+// network.NetworkPlugin through a network.PluginManager.
+//
+// Each RPC family lives in its own file named after it (sandbox_run.go,
+// sandbox_stop.go, ...); logging and error-to-status mapping live in
+// interceptor.go.
+package dockerservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/network"
+)
+
+// Config holds the settings of a DockerService.
+type Config struct {
+	// PodInfraImage is the image of the pause container.
+	PodInfraImage string
+	// OOMScoreAdjFloor, when set, is the lowest oom_score_adj netshim asks
+	// Docker for (see OOMScoreAdjFloor).
+	OOMScoreAdjFloor *int
+	// NetworkPluginName selects the plugin among the candidates.
+	NetworkPluginName string
+	// Network is handed to the plugin's Init.
+	Network network.PluginConfig
+	// StopTimeout bounds how long a sandbox's containers get to exit.
+	StopTimeout time.Duration
+}
+
+// DockerService implements the CRI on Docker.
+type DockerService struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	runtimeapi.UnimplementedImageServiceServer
+
+	cfg         Config
+	client      DockerClient
+	network     *network.PluginManager
+	checkpoints *checkpoint.Manager
+	oomWarnOnce sync.Once
+
+	mu sync.Mutex
+	// sandboxes mirrors the checkpoint files, so hot paths never read
+	// them from disk.
+	sandboxes map[string]*checkpoint.PodSandbox
+	// netns caches the network namespace path of sandboxes this process
+	// started, saving an inspect on the way to SetUpPod.
+	netns map[string]string
+	// settingUp holds sandboxes whose network is being set up: they are
+	// not ready yet even though their container runs.
+	settingUp map[string]bool
+	// creating holds sandbox names with a RunPodSandbox in flight.
+	creating map[string]bool
+	// imagePresent remembers images known to exist locally.
+	imagePresent map[string]bool
+}
+
+// NewDockerService builds the service: it loads the checkpoints, then
+// selects and initialises the network plugin (which may call back into the
+// service as its network.Host).
+func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.Manager, plugins []network.NetworkPlugin) (*DockerService, error) {
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = 10 * time.Second
+	}
+	ds := &DockerService{
+		cfg:          cfg,
+		client:       client,
+		checkpoints:  checkpoints,
+		sandboxes:    map[string]*checkpoint.PodSandbox{},
+		netns:        map[string]string{},
+		settingUp:    map[string]bool{},
+		creating:     map[string]bool{},
+		imagePresent: map[string]bool{},
+	}
+	if err := ds.loadCheckpoints(); err != nil {
+		return nil, err
+	}
+	plugin, err := network.InitNetworkPlugin(plugins, cfg.NetworkPluginName, &networkHost{ds}, cfg.Network)
+	if err != nil {
+		return nil, err
+	}
+	ds.network = network.NewPluginManager(plugin)
+	klog.InfoS("Pod networking", "plugin", plugin.Name())
+	return ds, nil
+}
+
+// loadCheckpoints fills the in-memory mirror. A corrupt checkpoint is
+// reported and skipped (the manager has moved it aside); it must not stop
+// the daemon from serving every other pod.
+func (ds *DockerService) loadCheckpoints() error {
+	ids, err := ds.checkpoints.List()
+	if err != nil {
+		return fmt.Errorf("listing checkpoints: %w", err)
+	}
+	for _, id := range ids {
+		cp, err := ds.checkpoints.Get(id)
+		if err != nil {
+			var ce *checkpoint.CorruptError
+			if errors.As(err, &ce) {
+				klog.ErrorS(err, "Corrupt sandbox checkpoint set aside; its network cannot be torn down automatically", "podSandboxID", id, "movedTo", ce.MovedTo)
+				continue
+			}
+			return fmt.Errorf("loading checkpoint %s: %w", id, err)
+		}
+		ds.sandboxes[id] = cp
+	}
+	klog.InfoS("Loaded sandbox checkpoints", "count", len(ds.sandboxes))
+	return nil
+}
+
+// getCheckpoint returns the cached checkpoint of a sandbox, or nil.
+func (ds *DockerService) getCheckpoint(id string) *checkpoint.PodSandbox {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	return ds.sandboxes[id]
+}
+
+// putCheckpoint writes a checkpoint to disk, then to the mirror.
+func (ds *DockerService) putCheckpoint(cp *checkpoint.PodSandbox) error {
+	if err := ds.checkpoints.Put(cp); err != nil {
+		return fmt.Errorf("writing checkpoint of sandbox %s: %w", cp.SandboxID, err)
+	}
+	ds.mu.Lock()
+	ds.sandboxes[cp.SandboxID] = cp
+	ds.mu.Unlock()
+	return nil
+}
+
+// removeCheckpoint deletes a checkpoint from disk and from the mirror.
+func (ds *DockerService) removeCheckpoint(id string) error {
+	if err := ds.checkpoints.Remove(id); err != nil {
+		return fmt.Errorf("removing checkpoint of sandbox %s: %w", id, err)
+	}
+	ds.mu.Lock()
+	delete(ds.sandboxes, id)
+	ds.mu.Unlock()
+	return nil
+}
+
+// Close releases what the service holds. It does not touch pods: they
+// keep running across a netshim restart.
+func (ds *DockerService) Close() {
+	if s, ok := ds.network.Plugin().(interface{ Stop() }); ok {
+		s.Stop()
+	}
+}
+
+// oomScoreAdj applies the configured floor, warning once that it did.
+func (ds *DockerService) oomScoreAdj(v int) int {
+	c := clampOOMScoreAdj(v, ds.cfg.OOMScoreAdjFloor)
+	if c != v {
+		ds.oomWarnOnce.Do(func() {
+			klog.InfoS("WARNING: netshim lacks CAP_SYS_RESOURCE, so negative oom_score_adj values cannot be set; clamping them (use --restrict-oom-score-adj=false to disable)", "requested", v, "used", c)
+		})
+	}
+	return c
+}
+
+func backgroundCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
