@@ -29,9 +29,14 @@ const (
 	// labelRuntimeHandler is the CRI runtime handler the sandbox asked for.
 	labelRuntimeHandler = labelPrefix + "runtime-handler"
 
-	// annotationPrefix marks a label that carries a CRI annotation.
-	// dockershim used the same scheme; Docker has no annotations.
+	// annotationPrefix marks a label that carries a CRI annotation
+	// (Docker has no annotations), and criLabelPrefix one that carries a
+	// CRI label. CRI labels are prefixed too because Docker merges the
+	// image's labels into the container's: without the prefix, an image
+	// label would come back as a pod label, and kubelet keeps its state in
+	// labels that must round-trip exactly.
 	annotationPrefix = "annotation."
+	criLabelPrefix   = "label."
 
 	typeSandbox   = "podsandbox"
 	typeContainer = "container"
@@ -45,15 +50,12 @@ func sandboxContainerName(md *runtimeapi.PodSandboxMetadata) string {
 	return strings.Join([]string{"k8s", "POD", md.Name, md.Namespace, md.Uid, strconv.FormatUint(uint64(md.Attempt), 10)}, "_")
 }
 
-// makeLabels merges CRI labels, CRI annotations and netshim's own labels.
-// Our own keys win: a user label cannot make a container look like another
-// pod's.
+// makeLabels merges CRI labels, CRI annotations and netshim's own labels,
+// each in its own key space.
 func makeLabels(criLabels, annotations map[string]string, own map[string]string) map[string]string {
 	out := make(map[string]string, len(criLabels)+len(annotations)+len(own))
 	for k, v := range criLabels {
-		if !strings.HasPrefix(k, labelPrefix) {
-			out[k] = v
-		}
+		out[criLabelPrefix+k] = v
 	}
 	for k, v := range annotations {
 		out[annotationPrefix+k] = v
@@ -65,17 +67,15 @@ func makeLabels(criLabels, annotations map[string]string, own map[string]string)
 }
 
 // splitLabels is the inverse of makeLabels: it returns the CRI labels and
-// annotations found in Docker labels.
+// annotations found in Docker labels, ignoring netshim's and the image's.
 func splitLabels(dockerLabels map[string]string) (criLabels, annotations map[string]string) {
 	criLabels = map[string]string{}
 	annotations = map[string]string{}
 	for k, v := range dockerLabels {
-		switch {
-		case strings.HasPrefix(k, annotationPrefix):
-			annotations[strings.TrimPrefix(k, annotationPrefix)] = v
-		case strings.HasPrefix(k, labelPrefix):
-		default:
-			criLabels[k] = v
+		if name, ok := strings.CutPrefix(k, annotationPrefix); ok {
+			annotations[name] = v
+		} else if name, ok := strings.CutPrefix(k, criLabelPrefix); ok {
+			criLabels[name] = v
 		}
 	}
 	return criLabels, annotations

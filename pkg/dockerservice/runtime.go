@@ -3,6 +3,7 @@ package dockerservice
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -63,6 +64,11 @@ func (ds *DockerService) UpdateRuntimeConfig(_ context.Context, r *runtimeapi.Up
 	cidr := strings.TrimSpace(r.GetRuntimeConfig().GetNetworkConfig().GetPodCidr())
 	if cidr == "" {
 		return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
+	}
+	for _, c := range strings.Split(cidr, ",") {
+		if _, _, err := net.ParseCIDR(strings.TrimSpace(c)); err != nil {
+			return nil, invalidArgf("pod CIDR %q: %v", cidr, err)
+		}
 	}
 	klog.InfoS("Pod CIDR updated", "podCIDR", cidr)
 	ds.network.Event(network.NetPluginEventPodCIDRChange, map[string]any{network.NetPluginEventPodCIDRKey: cidr})

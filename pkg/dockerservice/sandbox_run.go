@@ -74,6 +74,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	defer ds.markSettingUp(id, false)
 	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 	cp := &checkpoint.PodSandbox{
+		Version:      checkpoint.CurrentVersion,
 		SandboxID:    id,
 		Name:         md.Name,
 		Namespace:    md.Namespace,
@@ -161,7 +162,7 @@ func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.P
 			klog.ErrorS(err, "Failed to tear down the network of a sandbox whose setup failed; keeping its checkpoint for a later retry", log...)
 		}
 	}
-	if err := ds.client.ContainerRemove(ctx, cp.SandboxID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
+	if err := ds.removeContainer(ctx, cp.SandboxID); err != nil {
 		klog.ErrorS(err, "Failed to remove infra container of a failed sandbox", log...)
 	}
 	ds.forgetNetNS(cp.SandboxID)

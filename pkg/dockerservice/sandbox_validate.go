@@ -73,4 +73,3 @@ func protocolName(p runtimeapi.Protocol) string {
 		return "tcp"
 	}
 }
-

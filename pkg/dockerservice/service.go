@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/klog/v2"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"

@@ -1,0 +1,270 @@
+package dockerservice
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/image"
+	dnetwork "github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// fakeDocker is an in-memory Docker engine: enough of containers and
+// images for the CRI logic, with hooks to inject failures and a call log.
+type fakeDocker struct {
+	mu         sync.Mutex
+	containers map[string]*container.InspectResponse
+	images     map[string]map[string]string // ref -> image labels
+	calls      []string
+	nextID     int
+	nextPid    int
+
+	pingErr  error
+	startErr error
+	// onStart runs before a container is started (under no lock).
+	onStart func(id string)
+}
+
+var _ DockerClient = (*fakeDocker)(nil)
+
+func newFakeDocker() *fakeDocker {
+	return &fakeDocker{containers: map[string]*container.InspectResponse{}, images: map[string]map[string]string{}, nextPid: 1000}
+}
+
+func (f *fakeDocker) record(call string) {
+	f.mu.Lock()
+	f.calls = append(f.calls, call)
+	f.mu.Unlock()
+}
+
+// count returns how many calls of a kind were made.
+func (f *fakeDocker) count(kind string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		if strings.HasPrefix(c, kind) {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fakeDocker) resetCalls() {
+	f.mu.Lock()
+	f.calls = nil
+	f.mu.Unlock()
+}
+
+// find resolves an ID, unique ID prefix or name, as Docker does.
+func (f *fakeDocker) find(ref string) *container.InspectResponse {
+	if c, ok := f.containers[ref]; ok {
+		return c
+	}
+	var match *container.InspectResponse
+	for id, c := range f.containers {
+		if c.Name == "/"+ref || strings.HasPrefix(id, ref) {
+			if match != nil {
+				return nil
+			}
+			match = c
+		}
+	}
+	return match
+}
+
+func notFound(what string) error {
+	return errdefs.ErrNotFound.WithMessage("No such container: " + what)
+}
+
+func (f *fakeDocker) Ping(context.Context) (types.Ping, error) {
+	f.record("Ping")
+	return types.Ping{}, f.pingErr
+}
+
+func (f *fakeDocker) ServerVersion(context.Context) (types.Version, error) {
+	f.record("ServerVersion")
+	return types.Version{Version: "20.10.24", APIVersion: "1.41"}, nil
+}
+
+func (f *fakeDocker) Info(context.Context) (system.Info, error) {
+	f.record("Info")
+	return system.Info{}, nil
+}
+
+func (f *fakeDocker) ImageInspect(_ context.Context, ref string, _ ...client.ImageInspectOption) (image.InspectResponse, error) {
+	f.record("ImageInspect " + ref)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.images[ref]; !ok {
+		return image.InspectResponse{}, errdefs.ErrNotFound.WithMessage("No such image: " + ref)
+	}
+	return image.InspectResponse{ID: "sha256:" + ref}, nil
+}
+
+func (f *fakeDocker) ImagePull(_ context.Context, ref string, _ image.PullOptions) (io.ReadCloser, error) {
+	f.record("ImagePull " + ref)
+	f.mu.Lock()
+	f.images[ref] = map[string]string{}
+	f.mu.Unlock()
+	return io.NopCloser(strings.NewReader(`{"status":"Pulling"}` + "\n" + `{"status":"Done"}` + "\n")), nil
+}
+
+func (f *fakeDocker) ContainerCreate(_ context.Context, cfg *container.Config, hc *container.HostConfig, _ *dnetwork.NetworkingConfig, _ *ocispec.Platform, name string) (container.CreateResponse, error) {
+	f.record("ContainerCreate " + name)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	imgLabels, ok := f.images[cfg.Image]
+	if !ok {
+		return container.CreateResponse{}, errdefs.ErrNotFound.WithMessage("No such image: " + cfg.Image)
+	}
+	for _, c := range f.containers {
+		if c.Name == "/"+name {
+			return container.CreateResponse{}, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Conflict. The container name %q is already in use by container %q", "/"+name, c.ID))
+		}
+	}
+	f.nextID++
+	sum := sha256.Sum256([]byte(strconv.Itoa(f.nextID)))
+	id := hex.EncodeToString(sum[:])
+	labels := map[string]string{}
+	for k, v := range imgLabels { // Docker merges image labels in.
+		labels[k] = v
+	}
+	for k, v := range cfg.Labels {
+		labels[k] = v
+	}
+	c := *cfg
+	c.Labels = labels
+	h := *hc
+	f.containers[id] = &container.InspectResponse{
+		ContainerJSONBase: &container.ContainerJSONBase{
+			ID: id, Name: "/" + name, Created: time.Now().UTC().Format(time.RFC3339Nano),
+			State: &container.State{Status: "created"}, HostConfig: &h, Image: cfg.Image,
+		},
+		Config: &c,
+	}
+	return container.CreateResponse{ID: id}, nil
+}
+
+func (f *fakeDocker) ContainerStart(_ context.Context, id string, _ container.StartOptions) error {
+	f.record("ContainerStart " + id)
+	if f.onStart != nil {
+		f.onStart(id)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.find(id)
+	if c == nil {
+		return notFound(id)
+	}
+	if f.startErr != nil {
+		c.State.Status, c.State.ExitCode = "exited", 128
+		return f.startErr
+	}
+	f.nextPid++
+	c.State.Status, c.State.Running, c.State.Pid = "running", true, f.nextPid
+	return nil
+}
+
+func (f *fakeDocker) ContainerStop(_ context.Context, id string, _ container.StopOptions) error {
+	f.record("ContainerStop " + id)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.find(id)
+	if c == nil {
+		return notFound(id)
+	}
+	c.State.Status, c.State.Running, c.State.Pid = "exited", false, 0
+	return nil
+}
+
+func (f *fakeDocker) ContainerRemove(_ context.Context, id string, opts container.RemoveOptions) error {
+	f.record("ContainerRemove " + id)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.find(id)
+	if c == nil {
+		return notFound(id)
+	}
+	if c.State.Running && !opts.Force {
+		return errdefs.ErrConflict.WithMessage("container is running")
+	}
+	delete(f.containers, c.ID)
+	return nil
+}
+
+func (f *fakeDocker) ContainerInspect(_ context.Context, id string) (container.InspectResponse, error) {
+	f.record("ContainerInspect " + id)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.find(id)
+	if c == nil {
+		return container.InspectResponse{}, notFound(id)
+	}
+	cp := *c
+	base := *c.ContainerJSONBase
+	st := *c.State
+	base.State = &st
+	cp.ContainerJSONBase = &base
+	return cp, nil
+}
+
+func (f *fakeDocker) ContainerList(_ context.Context, opts container.ListOptions) ([]container.Summary, error) {
+	f.record("ContainerList")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []container.Summary
+	for id, c := range f.containers {
+		if !opts.All && !c.State.Running {
+			continue
+		}
+		if !matchArgs(opts, id, c.Config.Labels) {
+			continue
+		}
+		created, _ := time.Parse(time.RFC3339Nano, c.Created)
+		out = append(out, container.Summary{ID: id, Names: []string{c.Name}, Labels: c.Config.Labels, State: c.State.Status, Created: created.Unix(), Image: c.Image})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func matchArgs(opts container.ListOptions, id string, labels map[string]string) bool {
+	for _, v := range opts.Filters.Get("id") {
+		if !strings.HasPrefix(id, v) {
+			return false
+		}
+	}
+	for _, l := range opts.Filters.Get("label") {
+		k, v, hasValue := strings.Cut(l, "=")
+		got, ok := labels[k]
+		if !ok || (hasValue && got != v) {
+			return false
+		}
+	}
+	return true
+}
+
+func (f *fakeDocker) Events(ctx context.Context, _ events.ListOptions) (<-chan events.Message, <-chan error) {
+	return make(chan events.Message), make(chan error)
+}
+
+// removeBehindBack deletes a container as `docker rm -f` would.
+func (f *fakeDocker) removeBehindBack(id string) {
+	f.mu.Lock()
+	delete(f.containers, id)
+	f.mu.Unlock()
+}

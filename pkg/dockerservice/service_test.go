@@ -1,0 +1,590 @@
+package dockerservice
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/network"
+)
+
+const testPauseImage = "registry.k8s.io/pause:3.10"
+
+// fakePlugin records what the service asks of the network and hands out
+// IPs from 10.0.0.0/24.
+type fakePlugin struct {
+	mu       sync.Mutex
+	host     network.Host
+	calls    []string
+	setUpErr error
+	downErr  error
+	status   error
+	events   []map[string]any
+	// netnsAtSetUp / netnsAtDown are what Host.GetNetNS said.
+	netnsAtSetUp, netnsAtDown string
+	portsAtDown               []network.PortMapping
+	next                      byte
+	ips                       map[string]net.IP
+}
+
+func (p *fakePlugin) Init(host network.Host, _ network.PluginConfig) error {
+	p.host = host
+	p.ips = map[string]net.IP{}
+	return nil
+}
+func (p *fakePlugin) Event(_ string, d map[string]any) {
+	p.mu.Lock()
+	p.events = append(p.events, d)
+	p.mu.Unlock()
+}
+func (p *fakePlugin) Name() string                       { return "fake" }
+func (p *fakePlugin) Capabilities() network.Capabilities { return network.CapHostPorts }
+func (p *fakePlugin) Status() error                      { return p.status }
+
+func (p *fakePlugin) record(c string) {
+	p.mu.Lock()
+	p.calls = append(p.calls, c)
+	p.mu.Unlock()
+}
+
+func (p *fakePlugin) SetUpPod(ctx context.Context, pod network.PodRef, _ map[string]string, _ network.SetUpOptions) error {
+	p.record("SetUpPod " + pod.SandboxID)
+	ns, err := p.host.GetNetNS(ctx, pod.SandboxID)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.netnsAtSetUp = ns
+	p.next++
+	p.ips[pod.SandboxID] = net.IPv4(10, 0, 0, p.next)
+	return p.setUpErr
+}
+
+func (p *fakePlugin) TearDownPod(ctx context.Context, pod network.PodRef) error {
+	p.record("TearDownPod " + pod.SandboxID)
+	ns, err := p.host.GetNetNS(ctx, pod.SandboxID)
+	if err != nil {
+		return err
+	}
+	ports, err := p.host.GetPodPortMappings(ctx, pod.SandboxID)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.netnsAtDown, p.portsAtDown = ns, ports
+	if p.downErr != nil {
+		return p.downErr
+	}
+	delete(p.ips, pod.SandboxID)
+	return nil
+}
+
+func (p *fakePlugin) GetPodNetworkStatus(_ context.Context, pod network.PodRef) (*network.PodNetworkStatus, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ip, ok := p.ips[pod.SandboxID]
+	if !ok {
+		return nil, errors.New("no IP")
+	}
+	return &network.PodNetworkStatus{IPs: []net.IP{ip}, Result: []byte(`{"cniVersion":"1.0.0"}`)}, nil
+}
+
+func (p *fakePlugin) held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ips)
+}
+
+type testEnv struct {
+	ds     *DockerService
+	docker *fakeDocker
+	plugin *fakePlugin
+	ckpt   *checkpoint.Manager
+	root   string
+}
+
+func newTestEnv(t *testing.T, mutate ...func(*Config)) *testEnv {
+	t.Helper()
+	docker := newFakeDocker()
+	docker.images[testPauseImage] = map[string]string{"image.label": "from-image"}
+	root := t.TempDir()
+	ckpt, err := checkpoint.NewManager(filepath.Join(root, "sandbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin := &fakePlugin{}
+	cfg := Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake"}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	ds, err := NewDockerService(cfg, docker, ckpt, []network.NetworkPlugin{plugin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ds.Close)
+	return &testEnv{ds: ds, docker: docker, plugin: plugin, ckpt: ckpt, root: root}
+}
+
+func podConfig(name string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "ns", Uid: "uid-" + name, Attempt: 1},
+		Hostname:     name,
+		Labels:       map[string]string{"app": name, "io.kubernetes.pod.name": name},
+		Annotations:  map[string]string{"note": "x"},
+		PortMappings: []*runtimeapi.PortMapping{{Protocol: runtimeapi.Protocol_TCP, ContainerPort: 80, HostPort: 18080}},
+		DnsConfig:    &runtimeapi.DNSConfig{Servers: []string{"10.96.0.10"}, Searches: []string{"ns.svc.cluster.local"}, Options: []string{"ndots:5"}},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: "/kubepods/pod1"},
+	}
+}
+
+func (e *testEnv) run(t *testing.T, cfg *runtimeapi.PodSandboxConfig) string {
+	t.Helper()
+	resp, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v", err)
+	}
+	return resp.PodSandboxId
+}
+
+func codeOf(err error) codes.Code {
+	st, _ := status.FromError(toStatus(err))
+	return st.Code()
+}
+
+func TestRunPodSandboxCreatesConfiguredSandbox(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { floor := 0; c.OOMScoreAdjFloor = &floor })
+	var checkpointedBeforeStart bool
+	e.docker.onStart = func(id string) {
+		_, err := e.ckpt.Get(id)
+		checkpointedBeforeStart = err == nil
+	}
+	id := e.run(t, podConfig("web"))
+
+	if !checkpointedBeforeStart {
+		t.Error("checkpoint was not written before the infra container started")
+	}
+	c, err := e.docker.ContainerInspect(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != "/k8s_POD_web_ns_uid-web_1" {
+		t.Errorf("container name = %q", c.Name)
+	}
+	hc := c.HostConfig
+	if hc.NetworkMode != "none" || hc.IpcMode != "shareable" || hc.CgroupParent != "/kubepods/pod1" {
+		t.Errorf("network/ipc/cgroup = %q/%q/%q", hc.NetworkMode, hc.IpcMode, hc.CgroupParent)
+	}
+	if hc.OomScoreAdj != 0 {
+		t.Errorf("oom_score_adj = %d, want clamped to floor 0", hc.OomScoreAdj)
+	}
+	if strings.Join(hc.DNS, ",") != "10.96.0.10" || strings.Join(hc.DNSSearch, ",") != "ns.svc.cluster.local" || strings.Join(hc.DNSOptions, ",") != "ndots:5" {
+		t.Errorf("dns = %v %v %v", hc.DNS, hc.DNSSearch, hc.DNSOptions)
+	}
+	if c.Config.Hostname != "web" {
+		t.Errorf("hostname = %q", c.Config.Hostname)
+	}
+	if e.plugin.netnsAtSetUp == "" || !strings.HasPrefix(e.plugin.netnsAtSetUp, "/proc/") {
+		t.Errorf("SetUpPod saw netns %q", e.plugin.netnsAtSetUp)
+	}
+	cp, err := e.ckpt.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cp.PortMappings) != 1 || cp.PortMappings[0].HostPort != 18080 || cp.PortMappings[0].Protocol != "tcp" {
+		t.Errorf("checkpoint port mappings = %+v", cp.PortMappings)
+	}
+	if len(cp.IPs) != 1 || cp.IPs[0] != "10.0.0.1" {
+		t.Errorf("checkpoint IPs = %v", cp.IPs)
+	}
+
+	st, err := e.ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := st.Status
+	if s.State != runtimeapi.PodSandboxState_SANDBOX_READY || s.Network.GetIp() != "10.0.0.1" {
+		t.Errorf("status state=%v ip=%q", s.State, s.Network.GetIp())
+	}
+	if len(s.Labels) != 2 || s.Labels["app"] != "web" || s.Labels["io.kubernetes.pod.name"] != "web" {
+		t.Errorf("labels did not round-trip exactly (image labels must not leak in): %v", s.Labels)
+	}
+	if len(s.Annotations) != 1 || s.Annotations["note"] != "x" {
+		t.Errorf("annotations = %v", s.Annotations)
+	}
+	if s.Metadata.Name != "web" || s.Metadata.Attempt != 1 || s.Metadata.Uid != "uid-web" {
+		t.Errorf("metadata = %v", s.Metadata)
+	}
+	if !strings.Contains(st.Info["info"], `"portMappings"`) || !strings.Contains(st.Info["info"], `"cniResult"`) {
+		t.Errorf("verbose info lacks checkpoint or CNI result: %s", st.Info["info"])
+	}
+}
+
+func TestRunPodSandboxPullsMissingImageOnce(t *testing.T) {
+	e := newTestEnv(t)
+	delete(e.docker.images, testPauseImage)
+	e.run(t, podConfig("a"))
+	e.run(t, podConfig("b"))
+	if n := e.docker.count("ImagePull"); n != 1 {
+		t.Errorf("pulled %d times, want 1", n)
+	}
+	if n := e.docker.count("ImageInspect"); n != 1 {
+		t.Errorf("inspected the image %d times, want 1 (presence is cached)", n)
+	}
+}
+
+func TestRunPodSandboxValidation(t *testing.T) {
+	cases := map[string]func(*runtimeapi.PodSandboxConfig){
+		"no metadata":          func(c *runtimeapi.PodSandboxConfig) { c.Metadata = nil },
+		"no name":              func(c *runtimeapi.PodSandboxConfig) { c.Metadata.Name = "" },
+		"no namespace":         func(c *runtimeapi.PodSandboxConfig) { c.Metadata.Namespace = "" },
+		"no uid":               func(c *runtimeapi.PodSandboxConfig) { c.Metadata.Uid = "" },
+		"container port 0":     func(c *runtimeapi.PodSandboxConfig) { c.PortMappings[0].ContainerPort = 0 },
+		"host port too big":    func(c *runtimeapi.PodSandboxConfig) { c.PortMappings[0].HostPort = 70000 },
+		"unknown protocol":     func(c *runtimeapi.PodSandboxConfig) { c.PortMappings[0].Protocol = 7 },
+		"bad host ip":          func(c *runtimeapi.PodSandboxConfig) { c.PortMappings[0].HostIp = "nope" },
+		"bad bandwidth":        func(c *runtimeapi.PodSandboxConfig) { c.Annotations["kubernetes.io/ingress-bandwidth"] = "lots" },
+		"duplicate host ports": func(c *runtimeapi.PodSandboxConfig) { c.PortMappings = append(c.PortMappings, c.PortMappings[0]) },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t)
+			cfg := podConfig("v")
+			mutate(cfg)
+			_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg})
+			if codeOf(err) != codes.InvalidArgument {
+				t.Fatalf("got %v (code %v), want InvalidArgument", err, codeOf(err))
+			}
+			if n := e.docker.count("ContainerCreate"); n != 0 {
+				t.Errorf("created %d containers for an invalid config", n)
+			}
+		})
+	}
+}
+
+func TestRunPodSandboxNetworkFailureUndoesEverything(t *testing.T) {
+	e := newTestEnv(t)
+	e.plugin.setUpErr = errors.New(`failed to find plugin "nonexistent" in path [/usr/lib/cni]`)
+	_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("broken")})
+	if err == nil || !strings.Contains(err.Error(), `failed to find plugin "nonexistent"`) {
+		t.Fatalf("error %v does not carry the plugin's text", err)
+	}
+	if len(e.docker.containers) != 0 {
+		t.Errorf("%d containers left behind", len(e.docker.containers))
+	}
+	if ids, _ := e.ckpt.List(); len(ids) != 0 {
+		t.Errorf("checkpoints left behind: %v", ids)
+	}
+	if e.plugin.held() != 0 {
+		t.Errorf("IP left allocated: teardown not called")
+	}
+	// The same pod can be run again once the cause is fixed.
+	e.plugin.setUpErr = nil
+	e.run(t, podConfig("broken"))
+}
+
+func TestRunPodSandboxStartFailureUndoes(t *testing.T) {
+	e := newTestEnv(t)
+	e.docker.startErr = errors.New("runc: can't get final child's PID from pipe: EOF")
+	_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("x")})
+	if err == nil {
+		t.Fatal("want error")
+	}
+	if len(e.docker.containers) != 0 {
+		t.Errorf("container left behind")
+	}
+	if ids, _ := e.ckpt.List(); len(ids) != 0 {
+		t.Errorf("checkpoint left behind: %v", ids)
+	}
+}
+
+func TestRunPodSandboxHostNetwork(t *testing.T) {
+	e := newTestEnv(t)
+	cfg := podConfig("hostnet")
+	cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_NODE, Ipc: runtimeapi.NamespaceMode_NODE}}
+	id := e.run(t, cfg)
+	c, _ := e.docker.ContainerInspect(context.Background(), id)
+	if c.HostConfig.NetworkMode != "host" || c.HostConfig.PidMode != "host" || c.HostConfig.IpcMode != "host" || c.Config.Hostname != "" {
+		t.Errorf("host namespaces not mapped: %+v hostname=%q", c.HostConfig, c.Config.Hostname)
+	}
+	if len(e.plugin.calls) != 0 {
+		t.Errorf("network plugin called for a host-network pod: %v", e.plugin.calls)
+	}
+	st, _ := e.ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+	if st.Status.Linux.Namespaces.Options.Network != runtimeapi.NamespaceMode_NODE || st.Status.Linux.Namespaces.Options.Pid != runtimeapi.NamespaceMode_NODE {
+		t.Errorf("namespace options = %v", st.Status.Linux.Namespaces.Options)
+	}
+	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.plugin.calls) != 0 {
+		t.Errorf("network plugin called on stop of a host-network pod: %v", e.plugin.calls)
+	}
+}
+
+func TestRunPodSandboxSameNameAndAttempt(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.run(t, podConfig("dup"))
+	if again := e.run(t, podConfig("dup")); again != id {
+		t.Errorf("re-run of a ready sandbox created %s, want %s back", again, id)
+	}
+	if len(e.docker.containers) != 1 {
+		t.Errorf("%d containers, want 1", len(e.docker.containers))
+	}
+	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("dup")})
+	if codeOf(err) != codes.AlreadyExists {
+		t.Errorf("re-run of a stopped sandbox: %v, want AlreadyExists", err)
+	}
+}
+
+func TestStopPodSandboxTearsDownBeforeStoppingInfra(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.run(t, podConfig("s"))
+	e.docker.resetCalls()
+	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	// The plugin saw a live netns: teardown happened before the stop.
+	if !strings.HasPrefix(e.plugin.netnsAtDown, "/proc/") {
+		t.Errorf("TearDownPod saw netns %q; it must run before the infra container stops", e.plugin.netnsAtDown)
+	}
+	if len(e.plugin.portsAtDown) != 1 || e.plugin.portsAtDown[0].HostPort != 18080 {
+		t.Errorf("TearDownPod saw port mappings %+v", e.plugin.portsAtDown)
+	}
+	if e.plugin.held() != 0 {
+		t.Error("IP still held after stop")
+	}
+	st, _ := e.ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+	if st.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || st.Status.Network != nil {
+		t.Errorf("after stop: state %v network %v", st.Status.State, st.Status.Network)
+	}
+	// Idempotent, and a second stop does not run DEL again.
+	calls := len(e.plugin.calls)
+	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.plugin.calls) != calls {
+		t.Errorf("second stop called the plugin again: %v", e.plugin.calls)
+	}
+}
+
+func TestStopPodSandboxAfterContainerRemovedAndRestart(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.run(t, podConfig("gone"))
+	e.docker.removeBehindBack(id)
+
+	// A new service over the same checkpoints: the daemon restarted.
+	plugin := &fakePlugin{}
+	ds, err := NewDockerService(Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake"}, e.docker, e.ckpt, []network.NetworkPlugin{plugin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin.ips[id] = net.IPv4(10, 0, 0, 1)
+
+	list, err := ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{})
+	if err != nil || len(list.Items) != 1 || list.Items[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || list.Items[0].Metadata.Name != "gone" {
+		t.Fatalf("checkpoint-only sandbox not listed NOTREADY: %v %v", list, err)
+	}
+	if _, err := ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id}); err != nil {
+		t.Fatalf("status of checkpoint-only sandbox: %v", err)
+	}
+	if _, err := ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if plugin.netnsAtDown != "" || len(plugin.portsAtDown) != 1 {
+		t.Errorf("teardown from checkpoint: netns %q ports %+v", plugin.netnsAtDown, plugin.portsAtDown)
+	}
+	if plugin.held() != 0 {
+		t.Error("IP not released")
+	}
+	if _, err := ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := e.ckpt.List(); len(ids) != 0 {
+		t.Errorf("checkpoint left: %v", ids)
+	}
+	if _, err := ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id}); codeOf(err) != codes.NotFound {
+		t.Errorf("status after remove: %v, want NotFound", err)
+	}
+}
+
+func TestTearDownFailureIsReportedAndRetried(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.run(t, podConfig("retry"))
+	e.plugin.downErr = errors.New("plugin timed out")
+	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err == nil || !strings.Contains(err.Error(), "plugin timed out") {
+		t.Fatalf("stop with failing teardown: %v", err)
+	}
+	if _, err := e.ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err == nil {
+		t.Fatal("remove succeeded while the IP is still held")
+	}
+	if _, err := e.ckpt.Get(id); err != nil {
+		t.Fatalf("checkpoint dropped while teardown pending: %v", err)
+	}
+	e.plugin.downErr = nil
+	if _, err := e.ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if e.plugin.held() != 0 {
+		t.Error("IP still held")
+	}
+}
+
+func TestRemovePodSandboxNeverStopped(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.run(t, podConfig("r"))
+	for i := 0; i < 2; i++ {
+		if _, err := e.ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Fatalf("remove #%d: %v", i+1, err)
+		}
+	}
+	if e.plugin.held() != 0 || len(e.docker.containers) != 0 {
+		t.Errorf("after remove: %d IPs, %d containers", e.plugin.held(), len(e.docker.containers))
+	}
+	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Errorf("stop after remove: %v", err)
+	}
+	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{}); codeOf(err) != codes.InvalidArgument {
+		t.Errorf("stop with empty ID: %v, want InvalidArgument", err)
+	}
+}
+
+func TestListPodSandboxFiltersWithOneDockerCall(t *testing.T) {
+	e := newTestEnv(t)
+	var ids []string
+	for _, n := range []string{"a", "b", "c"} {
+		ids = append(ids, e.run(t, podConfig(n)))
+	}
+	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: ids[2]}); err != nil {
+		t.Fatal(err)
+	}
+	list := func(f *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSandbox {
+		t.Helper()
+		e.docker.resetCalls()
+		resp, err := e.ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{Filter: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(e.docker.calls); n != 1 {
+			t.Errorf("ListPodSandbox made %d Docker calls, want 1: %v", n, e.docker.calls)
+		}
+		return resp.Items
+	}
+	if got := list(nil); len(got) != 3 {
+		t.Errorf("all: %d items", len(got))
+	}
+	ready := list(&runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}})
+	if len(ready) != 2 {
+		t.Errorf("ready: %d items", len(ready))
+	}
+	byLabel := list(&runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"app": "b"}})
+	if len(byLabel) != 1 || byLabel[0].Id != ids[1] || byLabel[0].Labels["app"] != "b" {
+		t.Errorf("label selector: %v", byLabel)
+	}
+	if got := list(&runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"image.label": "from-image"}}); len(got) != 0 {
+		t.Errorf("image labels must not match a CRI label selector: %v", got)
+	}
+	byID := list(&runtimeapi.PodSandboxFilter{Id: ids[0][:12]})
+	if len(byID) != 1 || byID[0].Id != ids[0] || byID[0].CreatedAt == 0 {
+		t.Errorf("id filter: %v", byID)
+	}
+}
+
+func TestStatusReportsRuntimeAndNetwork(t *testing.T) {
+	e := newTestEnv(t)
+	e.docker.pingErr = errors.New("connection refused")
+	e.plugin.status = errors.New("cni config uninitialized")
+	resp, err := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conds := map[string]*runtimeapi.RuntimeCondition{}
+	for _, c := range resp.Status.Conditions {
+		conds[c.Type] = c
+	}
+	if c := conds[runtimeapi.RuntimeReady]; c.Status || !strings.Contains(c.Message, "connection refused") {
+		t.Errorf("RuntimeReady = %v", c)
+	}
+	if c := conds[runtimeapi.NetworkReady]; c.Status || c.Reason != "NetworkPluginNotReady" || !strings.Contains(c.Message, "cni config uninitialized") {
+		t.Errorf("NetworkReady = %v", c)
+	}
+}
+
+func TestUpdateRuntimeConfigSendsPodCIDR(t *testing.T) {
+	e := newTestEnv(t)
+	_, err := e.ds.UpdateRuntimeConfig(context.Background(), &runtimeapi.UpdateRuntimeConfigRequest{RuntimeConfig: &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: "10.244.1.0/24"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.plugin.events) != 1 || e.plugin.events[0][network.NetPluginEventPodCIDRKey] != "10.244.1.0/24" {
+		t.Errorf("events = %v", e.plugin.events)
+	}
+	_, err = e.ds.UpdateRuntimeConfig(context.Background(), &runtimeapi.UpdateRuntimeConfigRequest{RuntimeConfig: &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: "not-a-cidr"}}})
+	if codeOf(err) != codes.InvalidArgument {
+		t.Errorf("bad CIDR: %v, want InvalidArgument", err)
+	}
+}
+
+func TestConcurrentRunSameNameIsRefused(t *testing.T) {
+	e := newTestEnv(t)
+	release, err := e.ds.reserveName(sandboxContainerName(podConfig("c").Metadata))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	_, err = e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("c")})
+	if codeOf(err) != codes.Aborted {
+		t.Errorf("concurrent run: %v, want Aborted", err)
+	}
+}
+
+func TestOOMScoreAdjFloor(t *testing.T) {
+	proc := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(proc, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(capEff string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(proc, "self/status"), []byte("Name:\tx\nCapEff:\t"+capEff+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, "self/oom_score_adj"), []byte("-5\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("000001fffeffffff") // bit 24 clear, as on these machines
+	floor, err := OOMScoreAdjFloor("auto", proc)
+	if err != nil || floor == nil || *floor != -5 {
+		t.Fatalf("auto without CAP_SYS_RESOURCE: %v %v", floor, err)
+	}
+	write("000001ffffffffff")
+	if floor, err := OOMScoreAdjFloor("auto", proc); err != nil || floor != nil {
+		t.Errorf("auto with CAP_SYS_RESOURCE: %v %v", floor, err)
+	}
+	if floor, err := OOMScoreAdjFloor("true", proc); err != nil || floor == nil {
+		t.Errorf("true: %v %v", floor, err)
+	}
+	if floor, err := OOMScoreAdjFloor("false", proc); err != nil || floor != nil {
+		t.Errorf("false: %v %v", floor, err)
+	}
+	if _, err := OOMScoreAdjFloor("maybe", proc); err == nil {
+		t.Error("invalid mode accepted")
+	}
+	if got := clampOOMScoreAdj(-998, nil); got != -998 {
+		t.Errorf("no floor: %d", got)
+	}
+}
