@@ -9,6 +9,7 @@ package cni
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -350,13 +351,9 @@ func loadConfFile(path string) (*libcni.NetworkConfigList, error) {
 		}
 		list = l
 	} else {
-		conf, err := libcni.ConfFromFile(path)
+		l, err := singleConfAsList(path)
 		if err != nil {
 			return nil, err
-		}
-		l, err := libcni.ConfListFromConf(conf)
-		if err != nil {
-			return nil, fmt.Errorf("converting to a list: %w", err)
 		}
 		list = l
 	}
@@ -364,6 +361,29 @@ func loadConfFile(path string) (*libcni.NetworkConfigList, error) {
 		return nil, errors.New("no plugins in network config")
 	}
 	return list, nil
+}
+
+// singleConfAsList reads a single-plugin .conf/.json file, still common
+// on nodes, and wraps it into a one-plugin list, which is all libcni runs
+// now (its own converter for this is deprecated).
+func singleConfAsList(path string) (*libcni.NetworkConfigList, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("error reading %s: %w", path, err)
+	}
+	conf, err := libcni.NetworkPluginConfFromBytes(raw)
+	if err != nil {
+		return nil, err
+	}
+	wrapped, err := json.Marshal(map[string]any{
+		"cniVersion": conf.Network.CNIVersion,
+		"name":       conf.Network.Name,
+		"plugins":    []json.RawMessage{raw},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("converting %s to a list: %w", path, err)
+	}
+	return libcni.NetworkConfFromBytes(wrapped)
 }
 
 // withTimeout applies defaultOperationTimeout when ctx has no deadline.
