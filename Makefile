@@ -1,0 +1,104 @@
+# netshim: a CRI runtime daemon that runs Kubernetes pods on a Docker engine.
+# See README.md. Targets that touch the system (deps, images, e2e, test, run) need root.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+OUT := $(CURDIR)/_output
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
+STATICCHECK_VERSION := 0.8.2
+STATICCHECK := $(OUT)/bin/staticcheck
+# Build tags that select extra files: lint checks them too.
+LINT_TAGS := e2e
+
+.PHONY: build deps images crictl critest unit lint staticcheck e2e test run clean bench dockerd-start dockerd-stop
+
+## build: compile the daemon into _output/netshim
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(OUT)/netshim ./cmd/netshim
+
+## deps: install the missing Debian packages (docker.io, CNI plugins, iptables, ...)
+deps:
+	@hack/install-deps.sh
+
+## dockerd-start / dockerd-stop: start dockerd if none answers / stop the one hack/dockerd.sh started
+dockerd-start:
+	@hack/dockerd.sh start
+
+dockerd-stop:
+	@hack/dockerd.sh stop
+
+## images: build the local pause and busybox images (starts dockerd if needed)
+images: dockerd-start
+	@hack/images.sh
+
+## crictl / critest: build cri-tools v1.34.0 from the Go module proxy into _output/
+crictl:
+	@hack/build-crictl.sh crictl
+
+critest:
+	@hack/build-crictl.sh critest
+
+## unit: unit tests with the race detector
+unit:
+	$(GO) test -race -count=1 ./pkg/... ./cmd/...
+
+## lint: gofmt, go vet and staticcheck
+lint: staticcheck
+	@unformatted=$$(find . \( -path ./_output -o -path ./.git -o -path ./vendor \) -prune -o -name '*.go' -print0 | \
+		xargs -0 -r gofmt -l); \
+	if [[ -n "$$unformatted" ]]; then \
+		echo "lint: these files need gofmt -w:" >&2; echo "$$unformatted" >&2; exit 1; \
+	fi
+	$(GO) vet -tags $(LINT_TAGS) ./...
+	$(STATICCHECK) -tags $(LINT_TAGS) ./...
+
+# staticcheck: install the pinned staticcheck into _output/bin unless it is there already
+staticcheck:
+	@if ! { [[ -x $(STATICCHECK) ]] && $(STATICCHECK) -version 2>/dev/null | grep -qF "($(STATICCHECK_VERSION))"; }; then \
+		GOBIN=$(OUT)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v$(STATICCHECK_VERSION); \
+	fi
+
+## e2e: end-to-end tests against a real dockerd and the Debian CNI plugins (root)
+# dockerd is stopped afterwards (also on failure) if this target started it; the exit
+# status is the tests'.
+e2e:
+	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e: must run as root" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory deps build crictl
+	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
+	hack/dockerd.sh start; \
+	hack/images.sh; \
+	NETSHIM_BIN=$(OUT)/netshim CRICTL_BIN=$(OUT)/crictl CNI_BIN_DIR=/usr/lib/cni \
+		$(GO) test -race -count=1 -tags e2e -v -timeout 20m ./test/e2e/...
+
+## test: lint, unit and e2e (all three run; fails if any failed)
+test:
+	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
+	summary=(); failed=0; \
+	for t in lint unit e2e; do \
+		echo "==> make $$t"; \
+		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
+		else summary+=("$$t=FAILED"); failed=1; fi; \
+	done; \
+	echo "make test: $${summary[*]}"; \
+	exit $$failed
+
+## run: start netshim in the foreground on unix:///run/netshim/netshim.sock (root)
+# Writes the dev default CNI network to /etc/cni/net.d only if that holds no config.
+run:
+	@if [[ $$(id -u) -ne 0 ]]; then echo "run: must run as root" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory deps build
+	@hack/dockerd.sh start
+	@hack/images.sh
+	@hack/cni-config.sh /etc/cni/net.d
+	exec $(OUT)/netshim --network-plugin=cni --cni-bin-dir=/opt/cni/bin,/usr/lib/cni -v=2
+
+bench:
+	@echo "bench: not yet implemented (issue 3)" >&2; exit 1
+
+## clean: stop the dockerd hack/dockerd.sh started (its PID file is in _output/), remove _output/
+clean: dockerd-stop
+	rm -rf $(OUT)

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# hack/dockerd.sh start|stop|status
+#
+# start: does nothing if a Docker engine already answers on /var/run/docker.sock;
+#        otherwise starts dockerd in the background (log: _output/dockerd.log), records
+#        its PID in _output/dockerd.pid and waits (at most 60 s) until it answers.
+# stop:  stops the dockerd recorded in _output/dockerd.pid, i.e. only one this script
+#        started; a dockerd started by anyone else is never touched.
+#
+# PID 1 on the development/CI machines does not reap orphans, so a dockerd that has
+# exited may linger as a zombie: "gone" means no /proc entry or process state Z.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT="$ROOT/_output"
+PIDFILE="$OUT/dockerd.pid"
+LOG="$OUT/dockerd.log"
+SOCK=/var/run/docker.sock
+START_TIMEOUT=${DOCKERD_START_TIMEOUT:-60}
+STOP_TIMEOUT=${DOCKERD_STOP_TIMEOUT:-45}
+
+die() { echo "dockerd.sh: $*" >&2; exit 1; }
+
+# answers: the Docker engine on $SOCK replies to a version request.
+answers() {
+  [[ -S "$SOCK" ]] || return 1
+  timeout 5 docker -H "unix://$SOCK" version --format '{{.Server.Version}}' >/dev/null 2>&1
+}
+
+# proc_state PID: prints the process state letter (R, S, Z, ...) or nothing if gone.
+proc_state() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  stat=${stat##*) }
+  echo "${stat%% *}"
+}
+
+# running PID: the process exists and is not a zombie.
+running() {
+  local s
+  s=$(proc_state "$1")
+  [[ -n "$s" && "$s" != Z ]]
+}
+
+# is_dockerd PID: PID is a live dockerd process (guards against PID reuse).
+is_dockerd() {
+  running "$1" && [[ "$(cat "/proc/$1/comm" 2>/dev/null)" == dockerd ]]
+}
+
+log_tail() {
+  if [[ -f "$LOG" ]]; then
+    echo "---- last lines of $LOG ----" >&2
+    tail -n 30 "$LOG" >&2
+  fi
+}
+
+# now_us: the time in microseconds.
+now_us() { echo "${EPOCHREALTIME/[.,]/}"; }
+
+# wait_gone PID SECONDS: true once PID has exited (or is a zombie).
+wait_gone() {
+  local pid=$1 deadline=$(($(now_us) + $2 * 1000000))
+  while running "$pid"; do
+    (($(now_us) < deadline)) || return 1
+    sleep 0.2
+  done
+}
+
+start() {
+  mkdir -p "$OUT"
+  if answers; then
+    return 0
+  fi
+
+  local pid=""
+  if [[ -f "$PIDFILE" ]]; then
+    pid=$(cat "$PIDFILE")
+    if ! is_dockerd "$pid"; then
+      rm -f "$PIDFILE"
+      pid=""
+    fi
+  fi
+
+  if [[ -z "$pid" ]]; then
+    command -v dockerd >/dev/null || die "dockerd not found (run hack/install-deps.sh)"
+    # A dockerd that died (or is a zombie) leaves /var/run/docker.pid behind, and dockerd
+    # refuses to start while the PID in it still has a /proc entry.
+    if [[ -f /var/run/docker.pid ]]; then
+      local old
+      old=$(cat /var/run/docker.pid 2>/dev/null || true)
+      if [[ -n "$old" ]] && is_dockerd "$old"; then
+        die "a dockerd (PID $old) is running but does not answer on $SOCK"
+      fi
+      rm -f /var/run/docker.pid
+    fi
+    setsid dockerd </dev/null >"$LOG" 2>&1 &
+    pid=$!
+    echo "$pid" >"$PIDFILE"
+  fi
+
+  local deadline=$(($(now_us) + START_TIMEOUT * 1000000))
+  until answers; do
+    if ! running "$pid"; then
+      log_tail
+      rm -f "$PIDFILE"
+      die "dockerd (PID $pid) exited before answering on $SOCK"
+    fi
+    if (($(now_us) >= deadline)); then
+      log_tail
+      die "dockerd (PID $pid) did not answer on $SOCK within ${START_TIMEOUT}s (left running; PID in $PIDFILE)"
+    fi
+    sleep 0.2
+  done
+}
+
+stop() {
+  [[ -f "$PIDFILE" ]] || return 0
+  local pid
+  pid=$(cat "$PIDFILE")
+  if is_dockerd "$pid"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    # dockerd stops its running containers before it exits (up to their stop timeout).
+    if ! wait_gone "$pid" "$STOP_TIMEOUT"; then
+      echo "dockerd.sh: dockerd (PID $pid) did not exit within ${STOP_TIMEOUT}s of SIGTERM; killing it" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+      wait_gone "$pid" 10 || die "dockerd (PID $pid) survived SIGKILL"
+      # Its containerd child outlives a SIGKILLed dockerd: stop it too.
+      local cpid
+      cpid=$(cat /var/run/docker/containerd/containerd.pid 2>/dev/null || true)
+      if [[ -n "$cpid" ]] && running "$cpid" && [[ "$(cat "/proc/$cpid/comm" 2>/dev/null)" == containerd ]]; then
+        kill -TERM "$cpid" 2>/dev/null || true
+        wait_gone "$cpid" 10 || kill -KILL "$cpid" 2>/dev/null || true
+      fi
+    fi
+  fi
+  # A zombie keeps its /proc entry, which would make the next dockerd refuse to start.
+  if [[ "$(cat /var/run/docker.pid 2>/dev/null || true)" == "$pid" ]]; then
+    rm -f /var/run/docker.pid
+  fi
+  rm -f "$PIDFILE"
+}
+
+status() {
+  if answers; then
+    if [[ -f "$PIDFILE" ]]; then
+      echo "dockerd answers on $SOCK (started by hack/dockerd.sh, PID $(cat "$PIDFILE"))"
+    else
+      echo "dockerd answers on $SOCK (not started by hack/dockerd.sh)"
+    fi
+  else
+    echo "dockerd does not answer on $SOCK"
+    return 1
+  fi
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac
