@@ -380,6 +380,36 @@ func TestSetUpPodErrors(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
+	t.Run("rollback DEL skips the missing plugin and still frees the IP", func(t *testing.T) {
+		// libcni's list DEL stops at the missing plugin, before the
+		// bridge: the per-plugin retry must reach the bridge.
+		env := newTestEnv(t, strings.Replace(testConfList, `"type": "portmap"`, `"type": "nosuchplugin"`, 1))
+		env.exec.missing["nosuchplugin"] = true
+		if err := env.plugin.SetUpPod(context.Background(), testPod, nil, network.SetUpOptions{}); err == nil {
+			t.Fatal("setup with a missing plugin succeeded")
+		}
+		env.exec.Reset()
+		if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
+			t.Fatalf("TearDownPod: %v", err)
+		}
+		if got := callNames(env.exec.Calls()); !strings.Contains(got, "DEL bridge") {
+			t.Errorf("bridge DEL never ran: %s", got)
+		}
+	})
+	t.Run("teardown reports a plugin that fails its DEL", func(t *testing.T) {
+		env := newTestEnv(t, testConfList)
+		if err := env.plugin.SetUpPod(context.Background(), testPod, nil, network.SetUpOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		env.exec.errs["DEL portmap"] = errors.New("iptables locked")
+		err := env.plugin.TearDownPod(context.Background(), testPod)
+		if err == nil || !strings.Contains(err.Error(), "iptables locked") {
+			t.Fatalf("err = %v", err)
+		}
+		if got := callNames(env.exec.Calls()); !strings.Contains(got, "DEL bridge") {
+			t.Errorf("bridge DEL never ran after portmap failed: %s", got)
+		}
+	})
 	t.Run("plugin failure keeps its text and does not tear down", func(t *testing.T) {
 		env := newTestEnv(t, testConfList)
 		env.exec.errs["ADD portmap"] = errors.New("iptables says no")

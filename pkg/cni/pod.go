@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -133,7 +134,14 @@ func (p *Plugin) TearDownPod(ctx context.Context, pod network.PodRef) error {
 	defer cancel()
 
 	if err := p.cni.DelNetworkList(ctx, list, delRt); err != nil {
-		return fmt.Errorf("deleting pod %s from CNI network %q: %w", klog.KRef(pod.Namespace, pod.Name), list.Name, err)
+		// libcni stops at the first plugin whose DEL fails, so the plugins
+		// before it in the list (the IPAM-holding bridge, typically) would
+		// keep what they hold. Retry plugin by plugin, carrying on past
+		// failures, before giving up.
+		if perr := p.delEachPlugin(ctx, list, delRt); perr != nil {
+			return fmt.Errorf("deleting pod %s from CNI network %q: %w", klog.KRef(pod.Namespace, pod.Name), list.Name, errors.Join(err, perr))
+		}
+		klog.InfoS("CNI DEL of the whole network failed, but every installed plugin's own DEL succeeded", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID, "network", list.Name, "err", err)
 	}
 	klog.V(4).InfoS("Deleted pod from CNI network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID, "network", list.Name, "netns", netnsPath)
 
@@ -145,6 +153,33 @@ func (p *Plugin) TearDownPod(ctx context.Context, pod network.PodRef) error {
 		klog.ErrorS(err, "Failed to delete pod from loopback network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
 	}
 	return nil
+}
+
+// delEachPlugin runs DEL for each plugin of list on its own, in reverse
+// order, and reports the failures. A plugin whose binary is missing is
+// skipped: it never ran, so it holds nothing (this is the rollback of a
+// setup that failed on exactly that plugin).
+func (p *Plugin) delEachPlugin(ctx context.Context, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
+	var errs []error
+	for i := len(list.Plugins) - 1; i >= 0; i-- {
+		plugin := list.Plugins[i]
+		single := &libcni.NetworkConfigList{Name: list.Name, CNIVersion: list.CNIVersion, Plugins: []*libcni.PluginConfig{plugin}}
+		err := p.cni.DelNetworkList(ctx, single, rt)
+		switch {
+		case err == nil:
+		case isMissingPlugin(err):
+			klog.V(2).InfoS("Skipping DEL of a plugin that is not installed", "plugin", plugin.Network.Type, "network", list.Name)
+		default:
+			errs = append(errs, fmt.Errorf("plugin %s: %w", plugin.Network.Type, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isMissingPlugin recognises libcni's error for a plugin binary found in
+// none of the bin dirs; libcni has no typed error for it.
+func isMissingPlugin(err error) bool {
+	return strings.Contains(err.Error(), "failed to find plugin")
 }
 
 // teardownTarget picks the network to DEL: the one the pod was added to,
