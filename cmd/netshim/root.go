@@ -50,6 +50,8 @@ Point kubelet at it with --container-runtime-endpoint=unix:///run/netshim/netshi
 }
 
 func run(ctx context.Context, opts *options) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	klog.InfoS("Starting netshim", "version", version.Version, "listen", opts.listen, "dockerEndpoint", opts.dockerEndpoint, "networkPlugin", opts.networkPlugin)
 	oomFloor, err := dockerservice.OOMScoreAdjFloor(opts.restrictOOMScoreAdj, "/proc")
 	if err != nil {
@@ -88,6 +90,10 @@ func run(ctx context.Context, opts *options) error {
 		return err
 	}
 	defer ds.Close()
+	// Fill the state index before serving: an empty index would tell
+	// kubelet every pod is gone. With dockerd down this returns at once
+	// and the index fills when it comes up.
+	ds.Start(ctx)
 
 	socketPath := opts.listen[len("unix://"):]
 	lis, err := listenUnix(socketPath)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -32,6 +33,13 @@ type fakeDocker struct {
 	calls      []string
 	nextID     int
 	nextPid    int
+
+	// subscribers receive the events the fake emits, like Docker's
+	// events stream; each has an error channel to break the stream.
+	subscribers []*fakeSubscriber
+
+	// down makes the engine unreachable: Events and ContainerList fail.
+	down bool
 
 	pingErr  error
 	startErr error
@@ -157,6 +165,7 @@ func (f *fakeDocker) ContainerCreate(_ context.Context, cfg *container.Config, h
 		},
 		Config: &c,
 	}
+	f.emit(events.ActionCreate, id, nil)
 	return container.CreateResponse{ID: id}, nil
 }
 
@@ -177,6 +186,8 @@ func (f *fakeDocker) ContainerStart(_ context.Context, id string, _ container.St
 	}
 	f.nextPid++
 	c.State.Status, c.State.Running, c.State.Pid = "running", true, f.nextPid
+	c.State.StartedAt = time.Now().UTC().Format(time.RFC3339Nano)
+	f.emit(events.ActionStart, c.ID, nil)
 	return nil
 }
 
@@ -188,7 +199,10 @@ func (f *fakeDocker) ContainerStop(_ context.Context, id string, _ container.Sto
 	if c == nil {
 		return notFound(id)
 	}
-	c.State.Status, c.State.Running, c.State.Pid = "exited", false, 0
+	if c.State.Running {
+		c.State.Status, c.State.Running, c.State.Pid = "exited", false, 0
+		f.emit(events.ActionDie, c.ID, map[string]string{"exitCode": "0"})
+	}
 	return nil
 }
 
@@ -203,7 +217,12 @@ func (f *fakeDocker) ContainerRemove(_ context.Context, id string, opts containe
 	if c.State.Running && !opts.Force {
 		return errdefs.ErrConflict.WithMessage("container is running")
 	}
+	if c.State.Running {
+		c.State.Running = false
+		f.emit(events.ActionDie, c.ID, map[string]string{"exitCode": "137"})
+	}
 	delete(f.containers, c.ID)
+	f.emit(events.ActionDestroy, c.ID, nil)
 	return nil
 }
 
@@ -227,6 +246,9 @@ func (f *fakeDocker) ContainerList(_ context.Context, opts container.ListOptions
 	f.record("ContainerList")
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.down {
+		return nil, errors.New("Cannot connect to the Docker daemon")
+	}
 	var out []container.Summary
 	for id, c := range f.containers {
 		if !opts.All && !c.State.Running {
@@ -258,13 +280,69 @@ func matchArgs(opts container.ListOptions, id string, labels map[string]string) 
 	return true
 }
 
+type fakeSubscriber struct {
+	ctx  context.Context
+	msgs chan events.Message
+	errs chan error
+}
+
 func (f *fakeDocker) Events(ctx context.Context, _ events.ListOptions) (<-chan events.Message, <-chan error) {
-	return make(chan events.Message), make(chan error)
+	f.record("Events")
+	sub := &fakeSubscriber{ctx: ctx, msgs: make(chan events.Message, 100), errs: make(chan error, 1)}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		sub.errs <- errors.New("Cannot connect to the Docker daemon")
+		return sub.msgs, sub.errs
+	}
+	f.subscribers = append(f.subscribers, sub)
+	return sub.msgs, sub.errs
+}
+
+// emit sends an event to every live subscriber. Called with f.mu held.
+func (f *fakeDocker) emit(action events.Action, id string, attrs map[string]string) {
+	live := f.subscribers[:0]
+	for _, s := range f.subscribers {
+		if s.ctx.Err() != nil {
+			continue
+		}
+		live = append(live, s)
+		s.msgs <- events.Message{Type: events.ContainerEventType, Action: action, Actor: events.Actor{ID: id, Attributes: attrs}, TimeNano: time.Now().UnixNano()}
+	}
+	f.subscribers = live
+}
+
+// setDown stops or restarts the fake engine; stopping it ends every
+// events stream with an error, as a dockerd restart does.
+func (f *fakeDocker) setDown(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
+	if down {
+		for _, s := range f.subscribers {
+			s.errs <- errors.New("unexpected EOF")
+		}
+		f.subscribers = nil
+	}
 }
 
 // removeBehindBack deletes a container as `docker rm -f` would.
 func (f *fakeDocker) removeBehindBack(id string) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.containers[id]; ok && c.State.Running {
+		c.State.Status, c.State.Running, c.State.Pid, c.State.ExitCode = "exited", false, 0, 137
+		f.emit(events.ActionDie, id, map[string]string{"exitCode": "137"})
+	}
 	delete(f.containers, id)
-	f.mu.Unlock()
+	f.emit(events.ActionDestroy, id, nil)
+}
+
+// killBehindBack kills a container's process as `docker kill` would.
+func (f *fakeDocker) killBehindBack(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.containers[id]
+	c.State.Status, c.State.Running, c.State.Pid, c.State.ExitCode = "exited", false, 0, 137
+	f.emit(events.ActionDie, id, map[string]string{"exitCode": "137"})
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // Docker labels netshim puts on the containers it owns. Everything the CRI
@@ -131,4 +133,37 @@ func matchesSelector(labels, selector map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// sandboxInfo is what a sandbox's labels say, decoded once when its index
+// record is built rather than on every ListPodSandbox.
+type sandboxInfo struct {
+	metadata       *runtimeapi.PodSandboxMetadata
+	labels         map[string]string
+	annotations    map[string]string
+	nsOptions      *runtimeapi.NamespaceOption
+	runtimeHandler string
+}
+
+// decodeExtra decodes the CRI view of a container's labels for its index
+// record. The result is shared by readers and never modified.
+func decodeExtra(kind store.Kind, labels map[string]string) any {
+	if kind != store.KindSandbox {
+		return nil
+	}
+	info := &sandboxInfo{
+		metadata:       sandboxMetadataFromLabels(labels),
+		nsOptions:      namespaceOptionsFromLabels(labels),
+		runtimeHandler: labels[labelRuntimeHandler],
+	}
+	info.labels, info.annotations = splitLabels(labels)
+	return info
+}
+
+// sandboxInfoOf returns a sandbox record's decoded labels.
+func sandboxInfoOf(r *store.Record) *sandboxInfo {
+	if info, ok := r.Extra.(*sandboxInfo); ok {
+		return info
+	}
+	return &sandboxInfo{metadata: &runtimeapi.PodSandboxMetadata{}, nsOptions: &runtimeapi.NamespaceOption{}}
 }

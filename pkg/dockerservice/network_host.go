@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/containerd/errdefs"
-
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -15,22 +13,14 @@ type networkHost struct{ ds *DockerService }
 var _ network.Host = (*networkHost)(nil)
 
 // GetNetNS returns the sandbox's netns path, or "" once the infra container
-// is no longer running: the path is /proc/<pid>/ns/net of a live process.
-func (h *networkHost) GetNetNS(ctx context.Context, sandboxID string) (string, error) {
-	h.ds.mu.Lock()
-	path, ok := h.ds.netns[sandboxID]
-	h.ds.mu.Unlock()
-	if ok {
-		return path, nil
-	}
-	c, err := h.ds.client.ContainerInspect(ctx, sandboxID)
-	if errdefs.IsNotFound(err) {
+// is no longer running: the path is /proc/<pid>/ns/net of a live process,
+// and the pid comes from the state index, so no Docker call is made.
+func (h *networkHost) GetNetNS(_ context.Context, sandboxID string) (string, error) {
+	r, ok := h.ds.store.Get(sandboxID)
+	if !ok {
 		return "", nil
 	}
-	if err != nil {
-		return "", fmt.Errorf("inspecting sandbox %s for its network namespace: %w", sandboxID, err)
-	}
-	return netnsPath(c.State.Running, c.State.Pid), nil
+	return netnsPath(r.Running(), r.Pid), nil
 }
 
 // GetPodPortMappings returns the sandbox's port mappings from its

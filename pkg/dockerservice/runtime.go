@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -19,34 +18,41 @@ const (
 	// runtimeName is what Version reports: the engine that runs the
 	// containers, as kubelet and operators expect to see it.
 	runtimeName = "docker"
-	// pingTimeout bounds Status: kubelet polls it and must not hang on a
-	// wedged dockerd.
-	pingTimeout = 2 * time.Second
 )
 
-// Version reports the Docker engine's version and the CRI version.
+// Version reports the Docker engine's version (cached when the events
+// stream connects) and the CRI version.
 func (ds *DockerService) Version(ctx context.Context, _ *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
-	v, err := ds.client.ServerVersion(ctx)
-	if err != nil {
-		return nil, withCode(codes.Unavailable, fmt.Errorf("asking Docker for its version: %w", err))
+	ds.mu.Lock()
+	v := ds.dockerVersion
+	ds.mu.Unlock()
+	if v == "" {
+		sv, err := ds.client.ServerVersion(ctx)
+		if err != nil {
+			return nil, withCode(codes.Unavailable, fmt.Errorf("asking Docker for its version: %w", err))
+		}
+		v = sv.Version
 	}
 	return &runtimeapi.VersionResponse{
 		Version:           "0.1.0",
 		RuntimeName:       runtimeName,
-		RuntimeVersion:    v.Version,
+		RuntimeVersion:    v,
 		RuntimeApiVersion: version.CRIVersion,
 	}, nil
 }
 
-// Status reports runtime and network readiness.
-func (ds *DockerService) Status(ctx context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+// Status reports runtime and network readiness from cached state: the
+// events stream's health and the plugin's own status. kubelet polls it
+// every few seconds; it costs no Docker call.
+func (ds *DockerService) Status(_ context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	runtimeReady := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
-	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	if _, err := ds.client.Ping(pctx); err != nil {
+	if ready, _, msg := ds.health.get(); !ready {
 		runtimeReady.Status = false
 		runtimeReady.Reason = "DockerDaemonNotReady"
-		runtimeReady.Message = fmt.Sprintf("docker: failed to ping the engine: %v", err)
+		runtimeReady.Message = msg
+		if msg == "" {
+			runtimeReady.Message = "docker: not connected yet"
+		}
 	}
 	networkReady := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
 	if err := ds.network.Status(); err != nil {
@@ -57,6 +63,15 @@ func (ds *DockerService) Status(ctx context.Context, _ *runtimeapi.StatusRequest
 	return &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeReady, networkReady}},
 	}, nil
+}
+
+// requireSynced refuses to answer reads before the index has been filled
+// once: an empty answer would tell kubelet that every pod is gone.
+func (ds *DockerService) requireSynced() error {
+	if _, synced, msg := ds.health.get(); !synced {
+		return withCode(codes.Unavailable, fmt.Errorf("netshim has not yet read the state of Docker's containers (%s); retry later", msg))
+	}
+	return nil
 }
 
 // UpdateRuntimeConfig hands the node's pod CIDR to the network plugin.

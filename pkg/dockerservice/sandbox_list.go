@@ -2,57 +2,47 @@ package dockerservice
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
-// ListPodSandbox answers from a single Docker ContainerList (whatever the
-// number of pods) plus the in-memory checkpoints: sandboxes whose infra
-// container is gone but whose checkpoint remains are listed NOTREADY so
-// that kubelet garbage-collects them, tearing their network down.
-func (ds *DockerService) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+// ListPodSandbox answers from the state index and the in-memory
+// checkpoints, with no Docker call however many pods there are. Sandboxes
+// whose infra container is gone but whose checkpoint remains are listed
+// NOTREADY, so that kubelet garbage-collects them, tearing their network
+// down.
+func (ds *DockerService) ListPodSandbox(_ context.Context, r *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+	if err := ds.requireSynced(); err != nil {
+		return nil, err
+	}
 	f := r.GetFilter()
-	args := filters.NewArgs(filters.Arg("label", labelType+"="+typeSandbox))
-	if f.GetId() != "" {
-		args.Add("id", f.GetId())
-	}
-	cs, err := ds.client.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
-	if err != nil {
-		return nil, fmt.Errorf("listing pod sandboxes: %w", err)
-	}
-	seen := make(map[string]bool, len(cs))
-	items := make([]*runtimeapi.PodSandbox, 0, len(cs))
-	for _, c := range cs {
-		seen[c.ID] = true
-		labels, annotations := splitLabels(c.Labels)
-		if !matchesSelector(labels, f.GetLabelSelector()) {
+	recs := ds.store.List(store.KindSandbox)
+	seen := make(map[string]bool, len(recs))
+	items := make([]*runtimeapi.PodSandbox, 0, len(recs))
+	for _, rec := range recs {
+		seen[rec.ID] = true
+		if !strings.HasPrefix(rec.ID, f.GetId()) {
 			continue
 		}
-		state := runtimeapi.PodSandboxState_SANDBOX_NOTREADY
-		if c.State == "running" && !ds.isSettingUp(c.ID) {
-			state = runtimeapi.PodSandboxState_SANDBOX_READY
+		info := sandboxInfoOf(rec)
+		if !matchesSelector(info.labels, f.GetLabelSelector()) {
+			continue
 		}
+		state := ds.sandboxState(rec.ID, rec.Running())
 		if f.GetState() != nil && f.GetState().State != state {
 			continue
 		}
-		created := c.Created * 1e9
-		if cp := ds.getCheckpoint(c.ID); cp != nil && cp.CreatedAt != 0 {
-			// Docker's list has second precision; kubelet orders
-			// sandboxes by creation time.
-			created = cp.CreatedAt
-		}
 		items = append(items, &runtimeapi.PodSandbox{
-			Id:             c.ID,
-			Metadata:       sandboxMetadataFromLabels(c.Labels),
+			Id:             rec.ID,
+			Metadata:       info.metadata,
 			State:          state,
-			CreatedAt:      created,
-			Labels:         labels,
-			Annotations:    annotations,
-			RuntimeHandler: c.Labels[labelRuntimeHandler],
+			CreatedAt:      rec.CreatedAt,
+			Labels:         info.labels,
+			Annotations:    info.annotations,
+			RuntimeHandler: info.runtimeHandler,
 		})
 	}
 	items = append(items, ds.checkpointOnlySandboxes(seen, f)...)

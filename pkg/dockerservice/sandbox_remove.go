@@ -14,7 +14,7 @@ import (
 // done. The checkpoint goes last: while the network may still hold an IP
 // it is the only record of what to release. Idempotent.
 func (ds *DockerService) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
-	ref, found, err := ds.lookupSandbox(ctx, r.GetPodSandboxId())
+	ref, found, err := ds.lookupSandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
@@ -26,16 +26,12 @@ func (ds *DockerService) RemovePodSandbox(ctx context.Context, r *runtimeapi.Rem
 			return nil, fmt.Errorf("stopping pod sandbox %s before removing it: %w", ref.id, err)
 		}
 	}
-	cs, err := ds.podContainers(ctx, ref.id, true)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range cs {
+	for _, c := range ds.podContainers(ref.id, true) {
 		if err := ds.removeContainer(ctx, c.ID); err != nil {
 			return nil, fmt.Errorf("removing container %s of pod sandbox %s: %w", c.ID, ref.id, err)
 		}
 	}
-	if ref.c != nil {
+	if ref.rec != nil {
 		if err := ds.removeContainer(ctx, ref.id); err != nil {
 			return nil, fmt.Errorf("removing infra container of pod sandbox %s: %w", ref.id, err)
 		}
@@ -52,5 +48,6 @@ func (ds *DockerService) removeContainer(ctx context.Context, id string) error {
 	if err != nil && !errdefs.IsNotFound(err) {
 		return err
 	}
+	ds.store.Delete(id)
 	return nil
 }

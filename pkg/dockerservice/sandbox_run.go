@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -67,6 +68,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		return nil, fmt.Errorf("creating infra container for pod %s: %w", klog.KRef(md.Namespace, md.Name), err)
 	}
 	id := created.ID
+	ds.store.Put(recordFromCreate(id, name, config))
 	t.step("create")
 
 	// From here on a failure must leave nothing behind.
@@ -98,6 +100,21 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	}
 	t.step("start")
 
+	// The one inspect RunPodSandbox needs: the pid gives the netns path,
+	// and the record makes the index current before we answer.
+	c, err := ds.client.ContainerInspect(ctx, id)
+	if err != nil {
+		ds.undoRunPodSandbox(ctx, cp, false)
+		return nil, fmt.Errorf("inspecting infra container %s: %w", id, err)
+	}
+	rec := recordFromInspect(c)
+	ds.store.Put(rec)
+	if !rec.Running() {
+		ds.undoRunPodSandbox(ctx, cp, false)
+		return nil, fmt.Errorf("infra container %s of pod %s exited right after start (exit code %d): %s", id, klog.KRef(md.Namespace, md.Name), rec.ExitCode, rec.Error)
+	}
+	t.step("inspect")
+
 	if !hostNetwork {
 		if err := ds.setUpSandboxNetwork(ctx, cp, cfg); err != nil {
 			ds.undoRunPodSandbox(ctx, cp, true)
@@ -109,22 +126,11 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 
-// setUpSandboxNetwork finds the netns of the started infra container, asks
-// the plugin to attach it, and records the resulting IPs in the checkpoint
-// so that status never has to enter the netns again.
+// setUpSandboxNetwork asks the plugin to attach the running infra container
+// (the plugin finds its netns through the index), and records the
+// resulting IPs in the checkpoint so that status never has to enter the
+// netns again.
 func (ds *DockerService) setUpSandboxNetwork(ctx context.Context, cp *checkpoint.PodSandbox, cfg *runtimeapi.PodSandboxConfig) error {
-	c, err := ds.client.ContainerInspect(ctx, cp.SandboxID)
-	if err != nil {
-		return fmt.Errorf("inspecting infra container %s: %w", cp.SandboxID, err)
-	}
-	path := netnsPath(c.State.Running, c.State.Pid)
-	if path == "" {
-		return fmt.Errorf("infra container %s exited right after start (exit code %d): %s", cp.SandboxID, c.State.ExitCode, c.State.Error)
-	}
-	ds.mu.Lock()
-	ds.netns[cp.SandboxID] = path
-	ds.mu.Unlock()
-
 	pod := podRef(cp)
 	var opts network.SetUpOptions
 	if dns := cfg.GetDnsConfig(); dns != nil {
@@ -165,7 +171,6 @@ func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.P
 	if err := ds.removeContainer(ctx, cp.SandboxID); err != nil {
 		klog.ErrorS(err, "Failed to remove infra container of a failed sandbox", log...)
 	}
-	ds.forgetNetNS(cp.SandboxID)
 	if !keepCheckpoint {
 		if err := ds.removeCheckpoint(cp.SandboxID); err != nil {
 			klog.ErrorS(err, "Failed to remove checkpoint of a failed sandbox", log...)
@@ -221,12 +226,6 @@ func (ds *DockerService) isSettingUp(id string) bool {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	return ds.settingUp[id]
-}
-
-func (ds *DockerService) forgetNetNS(id string) {
-	ds.mu.Lock()
-	delete(ds.netns, id)
-	ds.mu.Unlock()
 }
 
 // sandboxDockerConfig maps a CRI sandbox config to Docker's.
@@ -304,6 +303,23 @@ func seccompSecurityOpt(p *runtimeapi.SecurityProfile) ([]string, error) {
 	default:
 		// RuntimeDefault: Docker's default profile applies.
 		return nil, nil
+	}
+}
+
+// recordFromCreate is the index record of a container netshim just
+// created: enough for readers until the post-start inspect replaces it.
+func recordFromCreate(id, name string, config *container.Config) *store.Record {
+	kind := kindFromLabels(config.Labels)
+	return &store.Record{
+		ID:           id,
+		Kind:         kind,
+		Name:         name,
+		SandboxID:    config.Labels[labelSandboxID],
+		DockerLabels: config.Labels,
+		Image:        config.Image,
+		State:        store.StateCreated,
+		CreatedAt:    time.Now().UnixNano(),
+		Extra:        decodeExtra(kind, config.Labels),
 	}
 }
 

@@ -4,20 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 )
 
-// PodSandboxStatus reports a sandbox from one inspect of its infra
-// container and its in-memory checkpoint; IPs come from the checkpoint, so
-// no netns is entered and nothing is forked. A sandbox whose container is
-// gone but whose checkpoint remains is reported NOTREADY, so that kubelet
-// and crictl can still stop and remove it.
-func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
-	ref, found, err := ds.lookupSandbox(ctx, r.GetPodSandboxId())
+// PodSandboxStatus reports a sandbox from the state index and its
+// in-memory checkpoint: no Docker call, no file read, no netns entered. A
+// sandbox whose container is gone but whose checkpoint remains is reported
+// NOTREADY, so that kubelet and crictl can still stop and remove it.
+func (ds *DockerService) PodSandboxStatus(_ context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+	if err := ds.requireSynced(); err != nil {
+		return nil, err
+	}
+	ref, found, err := ds.lookupSandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
@@ -26,23 +27,19 @@ func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.Pod
 	}
 	st := &runtimeapi.PodSandboxStatus{Id: ref.id, State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY}
 	nsOpts := &runtimeapi.NamespaceOption{}
-	if ref.c != nil {
-		labels := ref.c.Config.Labels
-		st.Metadata = sandboxMetadataFromLabels(labels)
-		st.Labels, st.Annotations = splitLabels(labels)
-		st.RuntimeHandler = labels[labelRuntimeHandler]
-		nsOpts = namespaceOptionsFromLabels(labels)
-		if created, err := time.Parse(time.RFC3339Nano, ref.c.Created); err == nil {
-			st.CreatedAt = created.UnixNano()
-		}
-		if ref.running() && !ds.isSettingUp(ref.id) {
-			st.State = runtimeapi.PodSandboxState_SANDBOX_READY
-		}
+	if ref.rec != nil {
+		info := sandboxInfoOf(ref.rec)
+		st.Metadata = info.metadata
+		st.Labels, st.Annotations = info.labels, info.annotations
+		st.RuntimeHandler = info.runtimeHandler
+		st.CreatedAt = ref.rec.CreatedAt
+		st.State = ds.sandboxState(ref.rec.ID, ref.rec.Running())
+		nsOpts = info.nsOptions
 	} else {
 		st.Metadata = &runtimeapi.PodSandboxMetadata{Name: ref.cp.Name, Namespace: ref.cp.Namespace, Uid: ref.cp.UID, Attempt: ref.cp.Attempt}
 		st.CreatedAt = ref.cp.CreatedAt
 		if ref.cp.HostNetwork {
-			nsOpts.Network = runtimeapi.NamespaceMode_NODE
+			nsOpts = &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}
 		}
 	}
 	st.Linux = &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: nsOpts}}
@@ -61,6 +58,15 @@ func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.Pod
 		resp.Info = info
 	}
 	return resp, nil
+}
+
+// sandboxState is READY while the infra container runs and its network is
+// set up.
+func (ds *DockerService) sandboxState(id string, running bool) runtimeapi.PodSandboxState {
+	if running && !ds.isSettingUp(id) {
+		return runtimeapi.PodSandboxState_SANDBOX_READY
+	}
+	return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 }
 
 // podIPs are the IPs a sandbox holds: none for host-network pods or once
@@ -85,12 +91,10 @@ func sandboxVerboseInfo(ref sandboxRef) (map[string]string, error) {
 	if ref.cp != nil {
 		info.NetworkResult = ref.cp.NetworkResult
 	}
-	if ref.c != nil {
-		info.Image = ref.c.Config.Image
-		info.ContainerName = ref.c.Name
-		if ref.c.State != nil {
-			info.Pid = ref.c.State.Pid
-		}
+	if ref.rec != nil {
+		info.Image = ref.rec.Image
+		info.ContainerName = ref.rec.Name
+		info.Pid = ref.rec.Pid
 	}
 	data, err := json.Marshal(info)
 	if err != nil {

@@ -5,49 +5,48 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // sandboxRef is what is known of a sandbox from its checkpoint and its
-// infra container; either may be missing.
+// index record; either may be missing.
 type sandboxRef struct {
-	id string
-	cp *checkpoint.PodSandbox
-	c  *container.InspectResponse
+	id  string
+	cp  *checkpoint.PodSandbox
+	rec *store.Record
 }
 
-// lookupSandbox finds a sandbox by ID (or unique ID prefix, as Docker
-// resolves it). found is false when neither a checkpoint nor a container is
-// left: for Stop and Remove that means there is nothing to do.
-func (ds *DockerService) lookupSandbox(ctx context.Context, id string) (ref sandboxRef, found bool, err error) {
+// lookupSandbox finds a sandbox by ID or unique ID prefix in the index
+// and the checkpoints. found is false when neither knows it: for Stop and
+// Remove that means there is nothing to do.
+func (ds *DockerService) lookupSandbox(id string) (ref sandboxRef, found bool, err error) {
 	if id == "" {
 		return ref, false, invalidArgf("pod sandbox ID is required")
 	}
 	ref.id = id
-	c, err := ds.client.ContainerInspect(ctx, id)
-	switch {
-	case errdefs.IsNotFound(err):
-	case err != nil:
-		return ref, false, fmt.Errorf("inspecting pod sandbox %s: %w", id, err)
-	default:
-		if c.Config == nil || c.Config.Labels[labelType] != typeSandbox {
-			return ref, false, notFoundf("%s is not a pod sandbox managed by netshim", id)
+	rec, err := ds.store.Resolve(id)
+	if err != nil {
+		return ref, false, invalidArgf("%v", err)
+	}
+	if rec != nil {
+		if rec.Kind != store.KindSandbox {
+			return ref, false, notFoundf("%s is a container, not a pod sandbox", id)
 		}
-		ref.id = c.ID
-		ref.c = &c
+		ref.id, ref.rec = rec.ID, rec
 	}
 	ref.cp = ds.getCheckpoint(ref.id)
-	return ref, ref.c != nil || ref.cp != nil, nil
+	return ref, ref.rec != nil || ref.cp != nil, nil
 }
 
-func (r sandboxRef) running() bool { return r.c != nil && r.c.State != nil && r.c.State.Running }
+func (r sandboxRef) running() bool { return r.rec != nil && r.rec.Running() }
 
 // hostNetwork says whether the sandbox uses the node's network (and so has
 // no pod network to tear down).
@@ -55,7 +54,7 @@ func (r sandboxRef) hostNetwork() bool {
 	if r.cp != nil {
 		return r.cp.HostNetwork
 	}
-	return r.c != nil && r.c.HostConfig != nil && r.c.HostConfig.NetworkMode.IsHost()
+	return r.rec != nil && sandboxInfoOf(r.rec).nsOptions.GetNetwork() == runtimeapi.NamespaceMode_NODE
 }
 
 // needsTearDown is true until a teardown is known to have succeeded. With
@@ -74,7 +73,7 @@ func (r sandboxRef) checkpointOrLabels() *checkpoint.PodSandbox {
 	if r.cp != nil {
 		return r.cp
 	}
-	md := sandboxMetadataFromLabels(r.c.Config.Labels)
+	md := sandboxInfoOf(r.rec).metadata
 	return &checkpoint.PodSandbox{SandboxID: r.id, Name: md.Name, Namespace: md.Namespace, UID: md.Uid, Attempt: md.Attempt}
 }
 
@@ -83,7 +82,7 @@ func (r sandboxRef) checkpointOrLabels() *checkpoint.PodSandbox {
 // still exists; when it is already gone (container removed, daemon
 // restarted) the teardown still runs from the checkpoint. Idempotent.
 func (ds *DockerService) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
-	ref, found, err := ds.lookupSandbox(ctx, r.GetPodSandboxId())
+	ref, found, err := ds.lookupSandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
@@ -113,13 +112,12 @@ func (ds *DockerService) stopSandbox(ctx context.Context, ref sandboxRef) error 
 		t.step("network")
 	}
 
-	if ref.c != nil {
+	if ref.rec != nil {
 		if err := ds.stopContainer(ctx, ref.id); err != nil {
 			return errors.Join(tearDownErr, fmt.Errorf("stopping infra container of pod sandbox %s: %w", ref.id, err))
 		}
 		t.step("infra")
 	}
-	ds.forgetNetNS(ref.id)
 	t.done()
 	return tearDownErr
 }
@@ -143,31 +141,39 @@ func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandbox
 func (ds *DockerService) stopContainer(ctx context.Context, id string) error {
 	timeout := int(ds.cfg.StopTimeout.Seconds())
 	err := ds.client.ContainerStop(ctx, id, container.StopOptions{Timeout: &timeout})
-	if err != nil && !errdefs.IsNotFound(err) {
+	if errdefs.IsNotFound(err) {
+		ds.store.Delete(id)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
+	// The "die" event will bring the exit code; readers must not see the
+	// container running meanwhile.
+	ds.store.Update(id, func(r *store.Record) {
+		if r.State == store.StateRunning {
+			r.State, r.Pid, r.FinishedAt = store.StateExited, 0, time.Now().UnixNano()
+		}
+	})
 	return nil
 }
 
-// podContainers lists the workload containers of a sandbox in one call.
-func (ds *DockerService) podContainers(ctx context.Context, sandboxID string, all bool) ([]container.Summary, error) {
-	cs, err := ds.client.ContainerList(ctx, container.ListOptions{
-		All:     all,
-		Filters: filters.NewArgs(filters.Arg("label", labelType+"="+typeContainer), filters.Arg("label", labelSandboxID+"="+sandboxID)),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing containers of pod sandbox %s: %w", sandboxID, err)
+// podContainers returns the workload containers of a sandbox from the
+// index; running only when all is false.
+func (ds *DockerService) podContainers(sandboxID string, all bool) []*store.Record {
+	var out []*store.Record
+	for _, r := range ds.store.ContainersOf(sandboxID) {
+		if all || r.Running() {
+			out = append(out, r)
+		}
 	}
-	return cs, nil
+	return out
 }
 
 // stopPodContainers stops the sandbox's running containers in parallel:
 // each may take its whole grace period.
 func (ds *DockerService) stopPodContainers(ctx context.Context, sandboxID string) error {
-	cs, err := ds.podContainers(ctx, sandboxID, false)
-	if err != nil {
-		return err
-	}
+	cs := ds.podContainers(sandboxID, false)
 	var wg sync.WaitGroup
 	errs := make([]error, len(cs))
 	for i, c := range cs {

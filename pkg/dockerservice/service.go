@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -45,15 +46,14 @@ type DockerService struct {
 	client      DockerClient
 	network     *network.PluginManager
 	checkpoints *checkpoint.Manager
+	store       *store.Store
+	health      dockerHealth
 	oomWarnOnce sync.Once
 
 	mu sync.Mutex
 	// sandboxes mirrors the checkpoint files, so hot paths never read
 	// them from disk.
 	sandboxes map[string]*checkpoint.PodSandbox
-	// netns caches the network namespace path of sandboxes this process
-	// started, saving an inspect on the way to SetUpPod.
-	netns map[string]string
 	// settingUp holds sandboxes whose network is being set up: they are
 	// not ready yet even though their container runs.
 	settingUp map[string]bool
@@ -61,6 +61,9 @@ type DockerService struct {
 	creating map[string]bool
 	// imagePresent remembers images known to exist locally.
 	imagePresent map[string]bool
+	// dockerVersion is the engine's version, read when the events stream
+	// connects.
+	dockerVersion string
 }
 
 // NewDockerService builds the service: it loads the checkpoints, then
@@ -74,8 +77,8 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		cfg:          cfg,
 		client:       client,
 		checkpoints:  checkpoints,
+		store:        store.New(),
 		sandboxes:    map[string]*checkpoint.PodSandbox{},
-		netns:        map[string]string{},
 		settingUp:    map[string]bool{},
 		creating:     map[string]bool{},
 		imagePresent: map[string]bool{},

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -107,6 +108,32 @@ func (p *fakePlugin) held() int {
 	return len(p.ips)
 }
 
+// startService starts the index sync and stops it with the test.
+func startService(t *testing.T, ds *DockerService) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ds.Start(ctx)
+	t.Cleanup(func() {
+		cancel()
+		ds.Close()
+	})
+	if _, synced, msg := ds.health.get(); !synced {
+		t.Fatalf("index not synced after Start: %s", msg)
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 type testEnv struct {
 	ds     *DockerService
 	docker *fakeDocker
@@ -133,7 +160,7 @@ func newTestEnv(t *testing.T, mutate ...func(*Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ds.Close)
+	startService(t, ds)
 	return &testEnv{ds: ds, docker: docker, plugin: plugin, ckpt: ckpt, root: root}
 }
 
@@ -393,6 +420,7 @@ func TestStopPodSandboxAfterContainerRemovedAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startService(t, ds)
 	plugin.ips[id] = net.IPv4(10, 0, 0, 1)
 
 	list, err := ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{})
@@ -463,7 +491,7 @@ func TestRemovePodSandboxNeverStopped(t *testing.T) {
 	}
 }
 
-func TestListPodSandboxFiltersWithOneDockerCall(t *testing.T) {
+func TestListPodSandboxFiltersWithoutDockerCalls(t *testing.T) {
 	e := newTestEnv(t)
 	var ids []string
 	for _, n := range []string{"a", "b", "c"} {
@@ -479,8 +507,8 @@ func TestListPodSandboxFiltersWithOneDockerCall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := len(e.docker.calls); n != 1 {
-			t.Errorf("ListPodSandbox made %d Docker calls, want 1: %v", n, e.docker.calls)
+		if n := len(e.docker.calls); n != 0 {
+			t.Errorf("ListPodSandbox made %d Docker calls, want none: %v", n, e.docker.calls)
 		}
 		return resp.Items
 	}
@@ -506,7 +534,8 @@ func TestListPodSandboxFiltersWithOneDockerCall(t *testing.T) {
 
 func TestStatusReportsRuntimeAndNetwork(t *testing.T) {
 	e := newTestEnv(t)
-	e.docker.pingErr = errors.New("connection refused")
+	e.docker.setDown(true)
+	eventually(t, "RuntimeReady=false", func() bool { r, _, _ := e.ds.health.get(); return !r })
 	e.plugin.status = errors.New("cni config uninitialized")
 	resp, err := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
 	if err != nil {
@@ -516,7 +545,7 @@ func TestStatusReportsRuntimeAndNetwork(t *testing.T) {
 	for _, c := range resp.Status.Conditions {
 		conds[c.Type] = c
 	}
-	if c := conds[runtimeapi.RuntimeReady]; c.Status || !strings.Contains(c.Message, "connection refused") {
+	if c := conds[runtimeapi.RuntimeReady]; c.Status || !strings.Contains(c.Message, "docker") {
 		t.Errorf("RuntimeReady = %v", c)
 	}
 	if c := conds[runtimeapi.NetworkReady]; c.Status || c.Reason != "NetworkPluginNotReady" || !strings.Contains(c.Message, "cni config uninitialized") {
@@ -586,5 +615,77 @@ func TestOOMScoreAdjFloor(t *testing.T) {
 	}
 	if got := clampOOMScoreAdj(-998, nil); got != -998 {
 		t.Errorf("no floor: %d", got)
+	}
+}
+
+func TestIndexFollowsChangesBehindNetshimsBack(t *testing.T) {
+	e := newTestEnv(t)
+	killed := e.run(t, podConfig("killed"))
+	removed := e.run(t, podConfig("removed"))
+	state := func(id string) runtimeapi.PodSandboxState {
+		resp, err := e.ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Status.State
+	}
+	e.docker.killBehindBack(killed)
+	eventually(t, "killed sandbox NOTREADY", func() bool { return state(killed) == runtimeapi.PodSandboxState_SANDBOX_NOTREADY })
+	e.docker.removeBehindBack(removed)
+	eventually(t, "removed sandbox NOTREADY from its checkpoint", func() bool {
+		_, ok := e.ds.store.Get(removed)
+		return !ok && state(removed) == runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	})
+	e.docker.resetCalls()
+	for i := 0; i < 10; i++ {
+		if _, err := e.ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: killed}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(e.docker.calls); n != 0 {
+		t.Errorf("status reads made %d Docker calls: %v", n, e.docker.calls)
+	}
+}
+
+func TestIndexResyncsAfterDockerRestart(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.run(t, podConfig("survivor"))
+	e.docker.setDown(true)
+	eventually(t, "RuntimeReady=false while Docker is down", func() bool {
+		resp, _ := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
+		return !resp.Status.Conditions[0].Status
+	})
+	// While the stream is down, the container dies unseen.
+	e.docker.mu.Lock()
+	c := e.docker.containers[id]
+	c.State.Status, c.State.Running, c.State.Pid = "exited", false, 0
+	e.docker.mu.Unlock()
+	e.docker.setDown(false)
+	eventually(t, "RuntimeReady=true and the index resynced", func() bool {
+		resp, _ := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
+		r, _ := e.ds.store.Get(id)
+		return resp.Status.Conditions[0].Status && r != nil && !r.Running()
+	})
+}
+
+func TestReadsWaitForFirstSync(t *testing.T) {
+	docker := newFakeDocker()
+	docker.down = true
+	ckpt, err := checkpoint.NewManager(filepath.Join(t.TempDir(), "sandbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := NewDockerService(Config{PodInfraImage: testPauseImage}, docker, ckpt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ds.Start(ctx)
+	if _, err := ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{}); codeOf(err) != codes.Unavailable {
+		t.Errorf("list before the first sync: %v, want Unavailable (an empty list would mean every pod is gone)", err)
 	}
 }

@@ -1,0 +1,132 @@
+package store
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+func sandbox(id string) *Record { return &Record{ID: id, Kind: KindSandbox, State: StateRunning} }
+
+func container(id, sb string) *Record {
+	return &Record{ID: id, Kind: KindContainer, SandboxID: sb, State: StateCreated}
+}
+
+func TestPutGetListAndIndexBySandbox(t *testing.T) {
+	s := New()
+	s.Put(sandbox("sb1"))
+	s.Put(container("c1", "sb1"))
+	s.Put(container("c2", "sb1"))
+	s.Put(container("c3", "sb2"))
+	if got := len(s.List(KindSandbox)); got != 1 {
+		t.Errorf("sandboxes = %d", got)
+	}
+	if got := len(s.List(KindContainer)); got != 3 {
+		t.Errorf("containers = %d", got)
+	}
+	if got := len(s.ContainersOf("sb1")); got != 2 {
+		t.Errorf("containers of sb1 = %d", got)
+	}
+	s.Delete("c1")
+	s.Delete("c2")
+	if got := len(s.ContainersOf("sb1")); got != 0 {
+		t.Errorf("containers of sb1 after delete = %d", got)
+	}
+	if _, ok := s.bySandbox["sb1"]; ok {
+		t.Error("empty per-sandbox index entry kept")
+	}
+}
+
+func TestUpdateStoresACopy(t *testing.T) {
+	s := New()
+	s.Put(&Record{ID: "a", Kind: KindSandbox, State: StateRunning, DockerLabels: map[string]string{"k": "v"}})
+	before, _ := s.Get("a")
+	if !s.Update("a", func(r *Record) { r.State = StateExited; r.DockerLabels["k"] = "changed" }) {
+		t.Fatal("update of existing record reported missing")
+	}
+	after, _ := s.Get("a")
+	if before.State != StateRunning || before.DockerLabels["k"] != "v" {
+		t.Error("update modified the record a reader holds")
+	}
+	if after.State != StateExited || after.DockerLabels["k"] != "changed" {
+		t.Errorf("update lost: %+v", after)
+	}
+	if s.Update("missing", func(*Record) {}) {
+		t.Error("update of missing record reported success")
+	}
+}
+
+func TestResolvePrefix(t *testing.T) {
+	s := New()
+	s.Put(sandbox("abc123"))
+	s.Put(sandbox("abd456"))
+	if r, err := s.Resolve("abc"); err != nil || r == nil || r.ID != "abc123" {
+		t.Errorf("unique prefix: %v %v", r, err)
+	}
+	if _, err := s.Resolve("ab"); err == nil {
+		t.Error("ambiguous prefix accepted")
+	}
+	if r, err := s.Resolve("zz"); r != nil || err != nil {
+		t.Errorf("no match: %v %v", r, err)
+	}
+}
+
+func TestReplaceKeepsRacingWrites(t *testing.T) {
+	s := New()
+	s.Put(sandbox("stale"))  // gone from Docker: the listing drops it
+	s.Put(sandbox("keep"))   // still there
+	s.Put(sandbox("doomed")) // deleted while the listing runs
+	since := s.Generation()
+
+	// Writes racing a listing that started at `since`:
+	s.Put(sandbox("new")) // created after the listing began
+	s.Delete("doomed")    // removed after the listing saw it
+	s.Update("keep", func(r *Record) { r.State = StateExited })
+
+	listed := []*Record{sandbox("keep"), sandbox("doomed"), sandbox("other")}
+	s.Replace(listed, since)
+
+	if _, ok := s.Get("stale"); ok {
+		t.Error("record missing from the listing was kept")
+	}
+	if _, ok := s.Get("new"); !ok {
+		t.Error("record written after the listing began was dropped")
+	}
+	if _, ok := s.Get("doomed"); ok {
+		t.Error("record deleted after the listing began came back")
+	}
+	if r, _ := s.Get("keep"); r.State != StateExited {
+		t.Error("newer update overwritten by an older listing")
+	}
+	if _, ok := s.Get("other"); !ok {
+		t.Error("listed record not added")
+	}
+	// A later listing clears the tombstone's effect.
+	s.Replace([]*Record{sandbox("doomed")}, s.Generation())
+	if _, ok := s.Get("doomed"); !ok {
+		t.Error("tombstone outlived a newer listing")
+	}
+}
+
+func TestConcurrentAccess(t *testing.T) {
+	s := New()
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				s.Put(container(id, "sb"))
+				s.Update(id, func(r *Record) { r.State = StateRunning })
+				s.List(KindContainer)
+				s.ContainersOf("sb")
+				s.Delete(id)
+			}
+		}()
+	}
+	wg.Wait()
+	if s.Len() != 0 {
+		t.Errorf("%d records left", s.Len())
+	}
+}
