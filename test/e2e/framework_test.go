@@ -1,0 +1,842 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const (
+	pauseImage = "registry.k8s.io/pause:3.10"
+
+	// pollInterval and the deadlines below bound every wait: nothing sleeps
+	// for a fixed time.
+	pollInterval    = 50 * time.Millisecond
+	startDeadline   = 30 * time.Second
+	stopDeadline    = 20 * time.Second
+	commandDeadline = 2 * time.Minute
+	rpcDeadline     = 2 * time.Minute
+
+	// maxSlots bounds the search for a free test network slot.
+	maxSlots = 250
+)
+
+// config is what the suite needs from its environment.
+type config struct {
+	netshim   string // NETSHIM_BIN: the daemon under test
+	crictl    string // CRICTL_BIN: cri-tools' crictl
+	cniBinDir string // CNI_BIN_DIR: bridge, host-local, portmap, loopback
+}
+
+// requireConfig skips the test when NETSHIM_BIN is unset (a plain `go test`
+// run). Once NETSHIM_BIN is set the run is meant to be an e2e run, so a
+// missing piece of the environment fails the test instead of skipping it.
+func requireConfig(t *testing.T) config {
+	t.Helper()
+	c := config{
+		netshim:   os.Getenv("NETSHIM_BIN"),
+		crictl:    os.Getenv("CRICTL_BIN"),
+		cniBinDir: os.Getenv("CNI_BIN_DIR"),
+	}
+	if c.netshim == "" {
+		t.Skip("NETSHIM_BIN is not set: the e2e tests need a built netshim, root and a running dockerd (run `make e2e` as root)")
+	}
+	if c.crictl == "" {
+		t.Fatalf("NETSHIM_BIN is set but CRICTL_BIN is not: point it at cri-tools' crictl (make crictl builds _output/crictl)")
+	}
+	if c.cniBinDir == "" {
+		t.Fatalf("NETSHIM_BIN is set but CNI_BIN_DIR is not: point it at the CNI plugin binaries (e.g. /usr/lib/cni)")
+	}
+	for _, f := range []string{c.netshim, c.crictl, filepath.Join(c.cniBinDir, "bridge"), filepath.Join(c.cniBinDir, "host-local"),
+		filepath.Join(c.cniBinDir, "portmap"), filepath.Join(c.cniBinDir, "loopback")} {
+		if st, err := os.Stat(f); err != nil || st.Mode()&0o111 == 0 {
+			t.Fatalf("e2e: %s is missing or not executable (err=%v)", f, err)
+		}
+	}
+	for _, tool := range []string{"docker", "ip", "iptables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("e2e: %s is not in PATH: %v", tool, err)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Fatalf("e2e: must run as root (it creates bridges, veths and iptables rules)")
+	}
+	if out, err := runCmd("docker", "version", "--format", "{{.Server.Version}}"); err != nil {
+		t.Fatalf("e2e: no Docker engine answers (start one with hack/dockerd.sh start): %v\n%s", err, out)
+	}
+	if out, err := runCmd("docker", "image", "inspect", "--format", "{{.Id}}", pauseImage); err != nil {
+		t.Fatalf("e2e: image %s is missing (hack/images.sh builds it): %v\n%s", pauseImage, err, out)
+	}
+	return c
+}
+
+// runCmd runs a command with a deadline and returns its combined output.
+func runCmd(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), commandDeadline)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	return string(out), err
+}
+
+// mustRun runs a command and fails the test, with its output, if it fails.
+func mustRun(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := runCmd(name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// poll calls cond every pollInterval until it returns true or the deadline
+// passes; it returns the last cond result.
+func poll(deadline time.Duration, cond func() bool) bool {
+	end := time.Now().Add(deadline)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// env is one test's world: a network slot (bridge, subnet, host ports), a
+// temp directory with the CNI config, netshim's root dir, libcni's cache
+// and host-local's store, and the netshim daemon serving on a socket in
+// it.
+type env struct {
+	t   *testing.T
+	cfg config
+
+	slot      int
+	bridge    string // also the CNI network name
+	subnet    *net.IPNet
+	namespace string // pod namespace of every pod this test makes
+
+	dir      string
+	confDir  string
+	rootDir  string
+	cacheDir string
+	ipamDir  string
+	logPath  string
+	sock     string
+	crictlCf string
+
+	daemon *daemon
+	conn   *grpc.ClientConn
+	client runtimeapi.RuntimeServiceClient
+}
+
+// envOptions change the network config a test gets.
+type envOptions struct {
+	// extraPlugins are appended to the chain after bridge and before
+	// portmap.
+	extraPlugins []map[string]any
+}
+
+// newEnv reserves a network slot, writes the CNI config and registers the
+// cleanup. It does not start netshim: call start.
+func newEnv(t *testing.T, opts envOptions) *env {
+	t.Helper()
+	cfg := requireConfig(t)
+	// os.MkdirTemp rather than t.TempDir: the socket path must stay well
+	// under the 108 bytes a unix socket address may hold.
+	dir, err := os.MkdirTemp("", "nse2e")
+	if err != nil {
+		t.Fatalf("creating temp dir: %v", err)
+	}
+	e := &env{
+		t:        t,
+		cfg:      cfg,
+		dir:      dir,
+		confDir:  filepath.Join(dir, "net.d"),
+		rootDir:  filepath.Join(dir, "root"),
+		cacheDir: filepath.Join(dir, "cnicache"),
+		ipamDir:  filepath.Join(dir, "ipam"),
+		logPath:  filepath.Join(dir, "netshim.log"),
+		sock:     filepath.Join(dir, "netshim.sock"),
+		crictlCf: filepath.Join(dir, "crictl.yaml"),
+	}
+	if len(e.sock) > 100 {
+		os.RemoveAll(dir)
+		t.Fatalf("socket path %s is too long for a unix socket: set TMPDIR to a shorter directory", e.sock)
+	}
+	t.Cleanup(e.cleanup)
+	e.reserveSlot()
+	e.namespace = fmt.Sprintf("nse2e-%d", e.slot)
+	// The slot was free, so no other run uses this namespace: whatever
+	// carries it is left over from a crashed run.
+	e.removeLeftoverContainers()
+
+	for _, d := range []string{e.confDir, e.rootDir, e.cacheDir, e.ipamDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatalf("creating %s: %v", d, err)
+		}
+	}
+	e.writeConflist(opts.extraPlugins)
+	crictlYAML := fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n", e.sock, e.sock)
+	if err := os.WriteFile(e.crictlCf, []byte(crictlYAML), 0o644); err != nil {
+		t.Fatalf("writing %s: %v", e.crictlCf, err)
+	}
+	return e
+}
+
+// reserveSlot claims a test network by creating its bridge: `ip link add`
+// fails if the name exists, so two runs on one machine (or a bridge left
+// by a crashed run) never share a slot. The bridge plugin adopts the
+// existing bridge.
+func (e *env) reserveSlot() {
+	e.t.Helper()
+	for n := 1; n <= maxSlots; n++ {
+		name := fmt.Sprintf("nse2e%d", n)
+		out, err := runCmd("ip", "link", "add", "name", name, "type", "bridge")
+		if err != nil {
+			if strings.Contains(out, "File exists") {
+				continue
+			}
+			e.t.Fatalf("ip link add name %s type bridge: %v\n%s", name, err, out)
+		}
+		e.slot = n
+		e.bridge = name
+		_, e.subnet, _ = net.ParseCIDR(fmt.Sprintf("10.123.%d.0/24", n))
+		return
+	}
+	e.t.Fatalf("no free test bridge among nse2e1..nse2e%d: delete leftovers with `ip link del nse2eN`", maxSlots)
+}
+
+// hostPort is a host port owned by this slot.
+func (e *env) hostPort(k int) int32 { return int32(18000 + e.slot*10 + k) }
+
+func (e *env) ipamStoreDir() string { return filepath.Join(e.ipamDir, e.bridge) }
+
+// conflist is the CNI config of this env: bridge + host-local (store in
+// the temp dir) [+ extra] + portmap.
+func (e *env) conflist(extra []map[string]any) []byte {
+	e.t.Helper()
+	plugins := []map[string]any{{
+		"type":        "bridge",
+		"bridge":      e.bridge,
+		"isGateway":   true,
+		"ipMasq":      false,
+		"hairpinMode": true,
+		"ipam": map[string]any{
+			"type":    "host-local",
+			"ranges":  [][]map[string]any{{{"subnet": e.subnet.String()}}},
+			"dataDir": e.ipamDir,
+		},
+	}}
+	plugins = append(plugins, extra...)
+	plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}})
+	data, err := json.MarshalIndent(map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       e.bridge,
+		"plugins":    plugins,
+	}, "", "  ")
+	if err != nil {
+		e.t.Fatalf("encoding conflist: %v", err)
+	}
+	return data
+}
+
+func (e *env) writeConflist(extra []map[string]any) {
+	e.t.Helper()
+	path := filepath.Join(e.confDir, "10-nse2e.conflist")
+	if err := os.WriteFile(path, e.conflist(extra), 0o644); err != nil {
+		e.t.Fatalf("writing %s: %v", path, err)
+	}
+}
+
+// daemon is a running netshim process.
+type daemon struct {
+	cmd     *exec.Cmd
+	logFile *os.File
+	done    chan struct{}
+	waitErr error
+}
+
+func (d *daemon) exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// start starts netshim and waits until it answers a CRI Version RPC.
+func (e *env) start() {
+	e.t.Helper()
+	if e.daemon != nil && !e.daemon.exited() {
+		e.t.Fatalf("netshim is already running")
+	}
+	f, err := os.OpenFile(e.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		e.t.Fatalf("opening %s: %v", e.logPath, err)
+	}
+	fmt.Fprintf(f, "==== e2e: starting netshim at %s ====\n", time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(e.cfg.netshim,
+		"--listen", "unix://"+e.sock,
+		"--root-dir", e.rootDir,
+		"--cni-conf-dir", e.confDir,
+		"--cni-bin-dir", e.cfg.cniBinDir,
+		"--cni-cache-dir", e.cacheDir,
+		"--pod-infra-container-image", pauseImage,
+		"-v=4",
+	)
+	cmd.Stdout = f
+	cmd.Stderr = f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		e.t.Fatalf("starting %s: %v", e.cfg.netshim, err)
+	}
+	d := &daemon{cmd: cmd, logFile: f, done: make(chan struct{})}
+	go func() {
+		d.waitErr = cmd.Wait()
+		close(d.done)
+	}()
+	e.daemon = d
+
+	// The socket accepts connections once netshim serves.
+	ready := poll(startDeadline, func() bool {
+		if d.exited() {
+			return true
+		}
+		c, err := net.Dial("unix", e.sock)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	})
+	if d.exited() {
+		e.t.Fatalf("netshim exited during start-up: %v\n%s", d.waitErr, e.logTail(40))
+	}
+	if !ready {
+		e.t.Fatalf("netshim did not listen on %s within %s\n%s", e.sock, startDeadline, e.logTail(40))
+	}
+	conn, err := grpc.NewClient("unix://"+e.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.t.Fatalf("creating gRPC client for %s: %v", e.sock, err)
+	}
+	e.conn = conn
+	e.client = runtimeapi.NewRuntimeServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), startDeadline)
+	defer cancel()
+	v, err := e.client.Version(ctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		e.t.Fatalf("CRI Version on %s: %v\n%s", e.sock, err, e.logTail(40))
+	}
+	e.t.Logf("netshim %s (%s, CRI %s) serves on %s; slot %d, bridge %s, subnet %s",
+		v.RuntimeVersion, v.RuntimeName, v.RuntimeApiVersion, e.sock, e.slot, e.bridge, e.subnet)
+}
+
+// stop sends sig to netshim and waits for it to exit. After SIGTERM it
+// must exit 0 and have removed its socket.
+func (e *env) stop(sig syscall.Signal) error {
+	d := e.daemon
+	if d == nil || d.exited() {
+		return nil
+	}
+	if e.conn != nil {
+		e.conn.Close()
+		e.conn, e.client = nil, nil
+	}
+	defer d.logFile.Close()
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signalling netshim (pid %d): %w", d.cmd.Process.Pid, err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(stopDeadline):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		return fmt.Errorf("netshim (pid %d) did not exit within %s of %v; killed", d.cmd.Process.Pid, stopDeadline, sig)
+	}
+	if sig != syscall.SIGTERM {
+		return nil
+	}
+	if d.waitErr != nil {
+		return fmt.Errorf("netshim exited with %v after SIGTERM", d.waitErr)
+	}
+	if _, err := os.Stat(e.sock); !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("netshim left its socket %s behind after SIGTERM (stat: %v)", e.sock, err)
+	}
+	return nil
+}
+
+func (e *env) mustStop(sig syscall.Signal) {
+	e.t.Helper()
+	if err := e.stop(sig); err != nil {
+		e.t.Fatalf("%v\n%s", err, e.logTail(40))
+	}
+}
+
+// logTail returns the last n lines of netshim's log.
+func (e *env) logTail(n int) string {
+	data, err := os.ReadFile(e.logPath)
+	if err != nil {
+		return fmt.Sprintf("(no netshim log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "---- last lines of " + e.logPath + " ----\n" + strings.Join(lines, "\n")
+}
+
+// cleanup removes everything the test made, whatever state it stopped in:
+// pods through the daemon, the daemon, leftover containers, the bridge and
+// the temp dir.
+func (e *env) cleanup() {
+	t := e.t
+	if e.daemon != nil && !e.daemon.exited() && e.client != nil {
+		for _, id := range e.listPodIDs() {
+			ctx, cancel := context.WithTimeout(context.Background(), rpcDeadline)
+			if _, err := e.client.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+				t.Logf("cleanup: StopPodSandbox %s: %v", id, err)
+			}
+			if _, err := e.client.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+				t.Logf("cleanup: RemovePodSandbox %s: %v", id, err)
+			}
+			cancel()
+		}
+	}
+	if err := e.stop(syscall.SIGTERM); err != nil {
+		t.Errorf("stopping netshim: %v", err)
+	}
+	if t.Failed() {
+		t.Logf("netshim log:\n%s", e.logTail(80))
+	}
+	if e.namespace != "" {
+		e.removeLeftoverContainers()
+	}
+	if e.bridge != "" {
+		if out, err := runCmd("ip", "link", "del", e.bridge); err != nil {
+			t.Logf("cleanup: ip link del %s: %v\n%s", e.bridge, err, out)
+		}
+	}
+	if err := os.RemoveAll(e.dir); err != nil {
+		t.Logf("cleanup: removing %s: %v", e.dir, err)
+	}
+}
+
+// removeLeftoverContainers force-removes the pause containers of this
+// env's pods and the floor containers of the measurement.
+func (e *env) removeLeftoverContainers() {
+	for _, filter := range []string{"label=netshim.io/pod-namespace=" + e.namespace, "label=nse2e.floor=" + e.namespace} {
+		out, err := runCmd("docker", "ps", "-aq", "--no-trunc", "--filter", filter)
+		if err != nil {
+			e.t.Logf("cleanup: docker ps --filter %s: %v\n%s", filter, err, out)
+			continue
+		}
+		ids := strings.Fields(out)
+		if len(ids) == 0 {
+			continue
+		}
+		if out, err := runCmd("docker", append([]string{"rm", "-f"}, ids...)...); err != nil {
+			e.t.Logf("cleanup: docker rm -f: %v\n%s", err, out)
+		}
+	}
+}
+
+// listPodIDs lists, through the CRI, the sandboxes of this env's
+// namespace (netshim lists every sandbox of the Docker engine).
+func (e *env) listPodIDs() []string {
+	ctx, cancel := context.WithTimeout(context.Background(), rpcDeadline)
+	defer cancel()
+	resp, err := e.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		e.t.Logf("ListPodSandbox: %v", err)
+		return nil
+	}
+	var ids []string
+	for _, p := range resp.Items {
+		if p.GetMetadata().GetNamespace() == e.namespace {
+			ids = append(ids, p.Id)
+		}
+	}
+	return ids
+}
+
+// ---- pods through the Go client ----
+
+// podConfig is a minimal sandbox config for a pod of this env.
+func (e *env) podConfig(name string, pms ...*runtimeapi.PortMapping) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: e.namespace, Uid: e.namespace + "-" + name},
+		Hostname:     name,
+		LogDirectory: filepath.Join(e.dir, "logs", name),
+		Labels:       map[string]string{"nse2e": e.namespace},
+		PortMappings: pms,
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+	}
+}
+
+func (e *env) rpcCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), rpcDeadline)
+}
+
+func (e *env) mustStatus(id string) *runtimeapi.PodSandboxStatus {
+	e.t.Helper()
+	ctx, cancel := e.rpcCtx()
+	defer cancel()
+	resp, err := e.client.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+	if err != nil {
+		e.t.Fatalf("PodSandboxStatus %s: %v", id, err)
+	}
+	return resp.Status
+}
+
+// ---- crictl ----
+
+// crictl runs crictl against this env's netshim and returns stdout and
+// stderr.
+func (e *env) crictl(args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), commandDeadline)
+	defer cancel()
+	full := append([]string{"--config", e.crictlCf, "-r", "unix://" + e.sock, "-i", "unix://" + e.sock, "--timeout", "60s"}, args...)
+	cmd := exec.CommandContext(ctx, e.cfg.crictl, full...)
+	var so, se strings.Builder
+	cmd.Stdout = &so
+	cmd.Stderr = &se
+	err = cmd.Run()
+	return so.String(), se.String(), err
+}
+
+func (e *env) mustCrictl(args ...string) string {
+	e.t.Helper()
+	so, se, err := e.crictl(args...)
+	if err != nil {
+		e.t.Fatalf("crictl %s: %v\nstdout:\n%s\nstderr:\n%s\n%s", strings.Join(args, " "), err, so, se, e.logTail(30))
+	}
+	return so
+}
+
+// writePodJSON writes a crictl pod config file and returns its path.
+func (e *env) writePodJSON(name string, pms ...*runtimeapi.PortMapping) string {
+	e.t.Helper()
+	var mappings []map[string]any
+	for _, pm := range pms {
+		mappings = append(mappings, map[string]any{
+			"protocol":       int32(pm.Protocol),
+			"container_port": pm.ContainerPort,
+			"host_port":      pm.HostPort,
+		})
+	}
+	cfg := map[string]any{
+		"metadata": map[string]any{
+			"name":      name,
+			"namespace": e.namespace,
+			"uid":       e.namespace + "-" + name,
+			"attempt":   0,
+		},
+		"hostname":      name,
+		"log_directory": filepath.Join(e.dir, "logs", name),
+		"labels":        map[string]string{"nse2e": e.namespace},
+		"linux":         map[string]any{},
+	}
+	if len(mappings) > 0 {
+		cfg["port_mappings"] = mappings
+	}
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		e.t.Fatalf("encoding pod config: %v", err)
+	}
+	path := filepath.Join(e.dir, name+"-pod.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		e.t.Fatalf("writing %s: %v", path, err)
+	}
+	return path
+}
+
+// runp runs `crictl runp` and returns the sandbox ID it prints.
+func (e *env) runp(podJSON string) string {
+	e.t.Helper()
+	out := strings.TrimSpace(e.mustCrictl("runp", podJSON))
+	if len(out) != 64 || strings.ContainsAny(out, " \n") {
+		e.t.Fatalf("crictl runp %s printed %q, want a 64-character sandbox ID", podJSON, out)
+	}
+	return out
+}
+
+// inspectpStatus is the part of `crictl inspectp -o json` the tests read.
+type inspectpStatus struct {
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	Metadata struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+	Network *struct {
+		IP string `json:"ip"`
+	} `json:"network"`
+}
+
+func (e *env) inspectp(id string) inspectpStatus {
+	e.t.Helper()
+	out := e.mustCrictl("inspectp", "-o", "json", id)
+	var v struct {
+		Status inspectpStatus `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		e.t.Fatalf("parsing crictl inspectp output: %v\n%s", err, out)
+	}
+	return v.Status
+}
+
+// crictlPod is one item of `crictl pods -o json`.
+type crictlPod struct {
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	Metadata struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+}
+
+// crictlPods returns `crictl pods -o json` restricted to this env's
+// namespace, by ID.
+func (e *env) crictlPods() map[string]crictlPod {
+	e.t.Helper()
+	out := e.mustCrictl("pods", "-o", "json", "--namespace", e.namespace)
+	var v struct {
+		Items []crictlPod `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		e.t.Fatalf("parsing crictl pods output: %v\n%s", err, out)
+	}
+	pods := map[string]crictlPod{}
+	for _, p := range v.Items {
+		if p.Metadata.Namespace == e.namespace {
+			pods[p.ID] = p
+		}
+	}
+	return pods
+}
+
+// ---- what the host shows ----
+
+// ipamStore reads host-local's store of this env's network: IP → the
+// container ID that holds it.
+func (e *env) ipamStore() map[string]string {
+	e.t.Helper()
+	entries, err := os.ReadDir(e.ipamStoreDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]string{}
+	}
+	if err != nil {
+		e.t.Fatalf("reading host-local store: %v", err)
+	}
+	store := map[string]string{}
+	for _, ent := range entries {
+		if net.ParseIP(ent.Name()) == nil {
+			continue // lock, last_reserved_ip.0
+		}
+		data, err := os.ReadFile(filepath.Join(e.ipamStoreDir(), ent.Name()))
+		if err != nil {
+			e.t.Fatalf("reading host-local store: %v", err)
+		}
+		// host-local writes "<containerID>\r\n<ifname>" (older: the ID alone).
+		first, _, _ := strings.Cut(string(data), "\n")
+		store[ent.Name()] = strings.TrimSpace(first)
+	}
+	return store
+}
+
+// requireIPReleased polls until host-local's store no longer holds ip.
+// Teardown is synchronous in the daemon, so the first look should do; the
+// poll only guards against reading a file being removed.
+func (e *env) requireIPReleased(ip, sandboxID string) {
+	e.t.Helper()
+	var holder string
+	if !poll(2*time.Second, func() bool {
+		var held bool
+		holder, held = e.ipamStore()[ip]
+		return !held
+	}) {
+		e.t.Fatalf("IP %s of sandbox %s is still held in host-local's store %s (by %q)", ip, sandboxID, e.ipamStoreDir(), holder)
+	}
+}
+
+// checkpointFile is the on-disk checkpoint, parsed independently of
+// pkg/checkpoint.
+type checkpointFile struct {
+	Checksum string `json:"checksum"`
+	Data     struct {
+		SandboxID    string `json:"sandboxID"`
+		Name         string `json:"name"`
+		Namespace    string `json:"namespace"`
+		UID          string `json:"uid"`
+		HostNetwork  bool   `json:"hostNetwork"`
+		PortMappings []struct {
+			Protocol      string `json:"protocol"`
+			ContainerPort int32  `json:"containerPort"`
+			HostPort      int32  `json:"hostPort"`
+		} `json:"portMappings"`
+		IPs []string `json:"ips"`
+	} `json:"data"`
+}
+
+func (e *env) checkpointPath(id string) string {
+	return filepath.Join(e.rootDir, "sandbox", id+".json")
+}
+
+func (e *env) readCheckpoint(id string) checkpointFile {
+	e.t.Helper()
+	data, err := os.ReadFile(e.checkpointPath(id))
+	if err != nil {
+		e.t.Fatalf("reading checkpoint of sandbox %s: %v", id, err)
+	}
+	var cp checkpointFile
+	if err := json.Unmarshal(data, &cp); err != nil {
+		e.t.Fatalf("parsing checkpoint %s: %v\n%s", e.checkpointPath(id), err, data)
+	}
+	return cp
+}
+
+// checkpointFiles lists the files in netshim's checkpoint directory.
+func (e *env) checkpointFiles() []string {
+	e.t.Helper()
+	entries, err := os.ReadDir(filepath.Join(e.rootDir, "sandbox"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatalf("reading checkpoint dir: %v", err)
+	}
+	var names []string
+	for _, ent := range entries {
+		names = append(names, ent.Name())
+	}
+	return names
+}
+
+func (e *env) requireNoCheckpoint(id string) {
+	e.t.Helper()
+	if _, err := os.Stat(e.checkpointPath(id)); !errors.Is(err, os.ErrNotExist) {
+		e.t.Fatalf("checkpoint %s of sandbox %s still exists (stat: %v)", e.checkpointPath(id), id, err)
+	}
+}
+
+// dockerIDs lists all containers (running or not) matching the docker ps
+// filters.
+func dockerIDs(t *testing.T, filters ...string) []string {
+	t.Helper()
+	args := []string{"ps", "-aq", "--no-trunc"}
+	for _, f := range filters {
+		args = append(args, "--filter", f)
+	}
+	return strings.Fields(mustRun(t, "docker", args...))
+}
+
+// pauseContainers lists netshim's pause containers of this env's
+// namespace.
+func (e *env) pauseContainers() []string {
+	e.t.Helper()
+	return dockerIDs(e.t, "label=netshim.io/type=podsandbox", "label=netshim.io/pod-namespace="+e.namespace)
+}
+
+// vethsOnBridge lists the interfaces attached to the test bridge.
+func (e *env) vethsOnBridge() []string {
+	e.t.Helper()
+	out := mustRun(e.t, "ip", "-o", "link", "show", "master", e.bridge)
+	var names []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		// "12: veth1234abcd@if3: <BROADCAST,...> ..."
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 {
+			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// natRules returns `iptables -t nat -S`, one rule per element.
+func natRules(t *testing.T) []string {
+	t.Helper()
+	return strings.Split(strings.TrimSpace(mustRun(t, "iptables", "-w", "-t", "nat", "-S")), "\n")
+}
+
+// grepRules returns the rules that contain every one of subs.
+func grepRules(rules []string, subs ...string) []string {
+	var out []string
+	for _, r := range rules {
+		if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(r, s) }) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// rulesForPort returns the nat rules that match a destination port.
+func rulesForPort(rules []string, port int32) []string {
+	var out []string
+	p := fmt.Sprint(port)
+	for _, r := range rules {
+		f := strings.Fields(r)
+		for i := 0; i+1 < len(f); i++ {
+			if (f[i] == "--dport" || f[i] == "--dports") && slices.Contains(strings.Split(f[i+1], ","), p) {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// ping sends one ICMP echo to ip and fails the test without an answer
+// within 2s. iputils' ping is used if installed, else busybox's (the
+// busybox-static package that make deps installs has it).
+func ping(t *testing.T, ip string) {
+	t.Helper()
+	if _, err := exec.LookPath("ping"); err == nil {
+		mustRun(t, "ping", "-c1", "-W2", ip)
+		return
+	}
+	if _, err := exec.LookPath("busybox"); err == nil {
+		mustRun(t, "busybox", "ping", "-c1", "-W2", ip)
+		return
+	}
+	t.Fatalf("neither ping (iputils-ping) nor busybox is installed: cannot ping %s", ip)
+}
+
+// requireInSubnet fails unless ip parses and lies in the env's subnet.
+func (e *env) requireInSubnet(what, ip string) {
+	e.t.Helper()
+	parsed := net.ParseIP(ip)
+	if parsed == nil || !e.subnet.Contains(parsed) {
+		e.t.Fatalf("%s: IP %q is not in the test subnet %s", what, ip, e.subnet)
+	}
+}
+
+// parallel runs f(i) for i in [0,n) in goroutines and waits.
+func parallel(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { f(i) })
+	}
+	wg.Wait()
+}
