@@ -10,6 +10,7 @@ PACKAGES=(
   busybox-static
   iproute2
   curl
+  iputils-ping
   gcc
   libc6-dev
 )
