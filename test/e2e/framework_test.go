@@ -143,6 +143,8 @@ type env struct {
 	sock     string
 	crictlCf string
 
+	dockerEndpoint string
+
 	daemon *daemon
 	conn   *grpc.ClientConn
 	client runtimeapi.RuntimeServiceClient
@@ -153,6 +155,9 @@ type envOptions struct {
 	// extraPlugins are appended to the chain after bridge and before
 	// portmap.
 	extraPlugins []map[string]any
+	// dockerEndpoint, when set, points netshim at another engine than
+	// the host's (a private dockerd the test may stop and restart).
+	dockerEndpoint string
 }
 
 // newEnv reserves a network slot, writes the CNI config and registers the
@@ -177,6 +182,8 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		logPath:  filepath.Join(dir, "netshim.log"),
 		sock:     filepath.Join(dir, "netshim.sock"),
 		crictlCf: filepath.Join(dir, "crictl.yaml"),
+
+		dockerEndpoint: opts.dockerEndpoint,
 	}
 	if len(e.sock) > 100 {
 		os.RemoveAll(dir)
@@ -295,15 +302,19 @@ func (e *env) start() {
 		e.t.Fatalf("opening %s: %v", e.logPath, err)
 	}
 	fmt.Fprintf(f, "==== e2e: starting netshim at %s ====\n", time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(e.cfg.netshim,
-		"--listen", "unix://"+e.sock,
+	args := []string{
+		"--listen", "unix://" + e.sock,
 		"--root-dir", e.rootDir,
 		"--cni-conf-dir", e.confDir,
 		"--cni-bin-dir", e.cfg.cniBinDir,
 		"--cni-cache-dir", e.cacheDir,
 		"--pod-infra-container-image", pauseImage,
 		"-v=4",
-	)
+	}
+	if e.dockerEndpoint != "" {
+		args = append(args, "--docker-endpoint", e.dockerEndpoint)
+	}
+	cmd := exec.Command(e.cfg.netshim, args...)
 	cmd.Stdout = f
 	cmd.Stderr = f
 	if err := cmd.Start(); err != nil {
