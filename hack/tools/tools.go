@@ -14,4 +14,7 @@ import (
 	_ "google.golang.org/grpc"
 	_ "k8s.io/cri-api/pkg/apis/runtime/v1"
 	_ "k8s.io/klog/v2"
+	_ "k8s.io/cri-streaming/pkg/streaming"
+	_ "k8s.io/cri-streaming/pkg/streaming/portforward"
+	_ "k8s.io/cri-streaming/pkg/streaming/remotecommand"
 )
