@@ -14,7 +14,7 @@ STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
 LINT_TAGS := e2e
 
-.PHONY: build deps images crictl critest unit lint staticcheck e2e test run clean bench dockerd-start dockerd-stop
+.PHONY: build deps images crictl critest unit lint staticcheck e2e e2e-kubelet test run clean bench dockerd-start dockerd-stop
 
 ## build: compile the daemon into _output/netshim
 build:
@@ -41,6 +41,12 @@ crictl:
 
 critest:
 	@hack/build-crictl.sh critest
+
+## conformance: critest v1.34.0 against netshim, offline (root; registry on 127.0.0.1:5000, see hack/conformance.sh)
+# Extra critest flags: make conformance CRITEST_ARGS="-ginkgo.focus=Image".
+.PHONY: conformance
+conformance:
+	@hack/conformance.sh $(CRITEST_ARGS)
 
 ## unit: unit tests with the race detector
 unit:
@@ -73,6 +79,11 @@ e2e:
 	hack/images.sh; \
 	NETSHIM_BIN=$(OUT)/netshim CRICTL_BIN=$(OUT)/crictl CNI_BIN_DIR=/usr/lib/cni \
 		$(GO) test -race -count=1 -tags e2e -v -timeout 20m ./test/e2e/...
+
+## e2e-kubelet: a real kubelet v1.36 (built from the module proxy into _output/kubelet) runs a
+# static pod on netshim; prints PASS/FAIL per check and a summary line last (root)
+e2e-kubelet:
+	@hack/e2e-kubelet.sh
 
 ## test: lint, unit and e2e (all three run; fails if any failed)
 test:

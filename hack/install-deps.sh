@@ -11,6 +11,8 @@ PACKAGES=(
   iproute2
   curl
   iputils-ping
+  docker-registry
+  apache2-utils
   gcc
   libc6-dev
 )
