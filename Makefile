@@ -12,7 +12,7 @@ LDFLAGS := -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
-LINT_TAGS := e2e
+LINT_TAGS := e2e,kubelet
 
 .PHONY: build deps images crictl critest unit lint staticcheck e2e e2e-kubelet test run clean bench dockerd-start dockerd-stop
 
