@@ -23,6 +23,8 @@ type DockerClient interface {
 
 	ImageInspect(ctx context.Context, image string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
 	ImagePull(ctx context.Context, ref string, options image.PullOptions) (io.ReadCloser, error)
+	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
+	ImageRemove(ctx context.Context, image string, options image.RemoveOptions) ([]image.DeleteResponse, error)
 
 	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *dnetwork.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
 	ContainerStart(ctx context.Context, container string, options container.StartOptions) error
@@ -30,6 +32,15 @@ type DockerClient interface {
 	ContainerRemove(ctx context.Context, container string, options container.RemoveOptions) error
 	ContainerInspect(ctx context.Context, container string) (container.InspectResponse, error)
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
+	ContainerUpdate(ctx context.Context, container string, updateConfig container.UpdateConfig) (container.UpdateResponse, error)
+	// ContainerLogs feeds the CRI log followers (crilog.LogSource).
+	ContainerLogs(ctx context.Context, container string, options container.LogsOptions) (io.ReadCloser, error)
+	ContainerExecCreate(ctx context.Context, container string, options container.ExecOptions) (container.ExecCreateResponse, error)
+	ContainerExecAttach(ctx context.Context, execID string, options container.ExecAttachOptions) (types.HijackedResponse, error)
+	ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error)
+	// ClientVersion is the negotiated API version: some mount options
+	// exist only from API 1.44 on.
+	ClientVersion() string
 
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
 }

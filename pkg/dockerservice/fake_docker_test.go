@@ -30,9 +30,18 @@ type fakeDocker struct {
 	mu         sync.Mutex
 	containers map[string]*container.InspectResponse
 	images     map[string]map[string]string // ref -> image labels
-	calls      []string
-	nextID     int
-	nextPid    int
+	// imageMeta gives a ref of images an ID (refs sharing one are tags of
+	// one image), a user and a size; see image_fake_docker_test.go.
+	imageMeta map[string]fakeImage
+	// pullErrs makes ImagePull of a ref report this error in its
+	// progress stream, as Docker does; pullOpts records each pull's options.
+	pullErrs map[string]string
+	pullOpts []image.PullOptions
+	// info is what Info returns.
+	info    system.Info
+	calls   []string
+	nextID  int
+	nextPid int
 
 	// subscribers receive the events the fake emits, like Docker's
 	// events stream; each has an error channel to break the stream.
@@ -45,12 +54,14 @@ type fakeDocker struct {
 	startErr error
 	// onStart runs before a container is started (under no lock).
 	onStart func(id string)
+	// cx is the exec/logs/update half; see container_fake_docker_test.go.
+	cx *fakeContainerExtras
 }
 
 var _ DockerClient = (*fakeDocker)(nil)
 
 func newFakeDocker() *fakeDocker {
-	return &fakeDocker{containers: map[string]*container.InspectResponse{}, images: map[string]map[string]string{}, nextPid: 1000}
+	return &fakeDocker{containers: map[string]*container.InspectResponse{}, images: map[string]map[string]string{}, imageMeta: map[string]fakeImage{}, pullErrs: map[string]string{}, nextPid: 1000}
 }
 
 func (f *fakeDocker) record(call string) {
@@ -111,24 +122,34 @@ func (f *fakeDocker) ServerVersion(context.Context) (types.Version, error) {
 
 func (f *fakeDocker) Info(context.Context) (system.Info, error) {
 	f.record("Info")
-	return system.Info{}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.info, nil
 }
 
 func (f *fakeDocker) ImageInspect(_ context.Context, ref string, _ ...client.ImageInspectOption) (image.InspectResponse, error) {
 	f.record("ImageInspect " + ref)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.images[ref]; !ok {
+	id, refs, ok := f.lookupImageLocked(ref)
+	if !ok {
 		return image.InspectResponse{}, errdefs.ErrNotFound.WithMessage("No such image: " + ref)
 	}
-	return image.InspectResponse{ID: "sha256:" + ref}, nil
+	return f.inspectImageLocked(id, refs), nil
 }
 
-func (f *fakeDocker) ImagePull(_ context.Context, ref string, _ image.PullOptions) (io.ReadCloser, error) {
+func (f *fakeDocker) ImagePull(ctx context.Context, ref string, opts image.PullOptions) (io.ReadCloser, error) {
 	f.record("ImagePull " + ref)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pullOpts = append(f.pullOpts, opts)
+	if msg, ok := f.pullErrs[ref]; ok {
+		return io.NopCloser(strings.NewReader(`{"status":"Pulling"}` + "\n" + `{"errorDetail":{"message":"` + msg + `"},"error":"` + msg + `"}` + "\n")), nil
+	}
 	f.images[ref] = map[string]string{}
-	f.mu.Unlock()
 	return io.NopCloser(strings.NewReader(`{"status":"Pulling"}` + "\n" + `{"status":"Done"}` + "\n")), nil
 }
 
@@ -201,6 +222,7 @@ func (f *fakeDocker) ContainerStop(_ context.Context, id string, _ container.Sto
 	}
 	if c.State.Running {
 		c.State.Status, c.State.Running, c.State.Pid = "exited", false, 0
+		c.State.FinishedAt = time.Now().UTC().Format(time.RFC3339Nano)
 		f.emit(events.ActionDie, c.ID, map[string]string{"exitCode": "0"})
 	}
 	return nil

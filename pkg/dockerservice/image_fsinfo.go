@@ -1,0 +1,276 @@
+package dockerservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+// ImageFsInfo reports the image filesystem and the container (writable
+// layer) filesystem, both of which kubelet ≥ 1.31 reads.
+//
+// Where: Docker keeps image layers and container writable layers side by
+// side in its storage driver's directory (/var/lib/docker/overlay2), so
+// both report that directory as mountpoint. kubelet sees the two
+// mountpoints are the same and treats the node as having no separate
+// image disk; it takes capacity and free space from statfs of the
+// mountpoint itself.
+//
+// Used bytes and inodes are measured by walking the driver directory, as
+// `du` does (allocated blocks, hard links once), sorted by Docker's layer
+// database: layers listed in image/<driver>/layerdb/mounts (each
+// container's mount-id and init-id) are the container filesystem, the
+// rest the image filesystem. Docker's DiskUsage API is not used: it walks
+// every writable layer on each call and is slow on big hosts.
+//
+// Cost: an image layer registered in the layer database never changes
+// under its cache ID, so each is walked once and remembered; only writable layers and the small link directory
+// are walked again. A result is served for fsUsageTTL; after that the next
+// call still answers at once with the last result and starts one refresh
+// in the background (kubelet polls this often and must never wait for a
+// walk). Only the very first call waits. Timestamps say when a result was
+// measured.
+func (ds *DockerService) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	st, err := ds.imageState().fs.get(ctx, ds.measureFsUsage)
+	if err != nil {
+		return nil, err
+	}
+	usage := func(u fsUsage) []*runtimeapi.FilesystemUsage {
+		return []*runtimeapi.FilesystemUsage{{
+			Timestamp:  st.at.UnixNano(),
+			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: st.mountpoint},
+			UsedBytes:  &runtimeapi.UInt64Value{Value: u.bytes},
+			InodesUsed: &runtimeapi.UInt64Value{Value: u.inodes},
+		}}
+	}
+	return &runtimeapi.ImageFsInfoResponse{
+		ImageFilesystems:     usage(st.images),
+		ContainerFilesystems: usage(st.containers),
+	}, nil
+}
+
+// fsUsageTTL is how long a measurement is served before a refresh starts.
+const fsUsageTTL = 5 * time.Second
+
+type fsUsage struct{ bytes, inodes uint64 }
+
+func (u *fsUsage) add(v fsUsage) { u.bytes += v.bytes; u.inodes += v.inodes }
+
+// fsStats is one measurement.
+type fsStats struct {
+	at                 time.Time
+	mountpoint         string
+	images, containers fsUsage
+}
+
+// fsUsageCache serves the last measurement and refreshes it in the
+// background, one refresh at a time.
+type fsUsageCache struct {
+	mu       sync.Mutex
+	ttl      time.Duration // fsUsageTTL unless a test sets it
+	last     *fsStats
+	inflight *fsRefresh
+	// layers holds the usage of immutable image layers by the name of
+	// their directory (Docker's cache ID), for the driver directory
+	// layersOf.
+	layers   map[string]fsUsage
+	layersOf string
+}
+
+type fsRefresh struct {
+	done  chan struct{}
+	stats *fsStats
+	err   error
+}
+
+type measureFunc func(ctx context.Context, layers map[string]fsUsage, layersOf string) (*fsStats, map[string]fsUsage, string, error)
+
+// get returns the last measurement, starting a refresh if it is stale;
+// with none yet it waits for the first.
+func (c *fsUsageCache) get(ctx context.Context, measure measureFunc) (*fsStats, error) {
+	c.mu.Lock()
+	ttl := c.ttl
+	if ttl == 0 {
+		ttl = fsUsageTTL
+	}
+	if c.last != nil {
+		last := c.last
+		if time.Since(last.at) >= ttl && c.inflight == nil {
+			c.startLocked(ctx, measure)
+		}
+		c.mu.Unlock()
+		return last, nil
+	}
+	if c.inflight == nil {
+		c.startLocked(ctx, measure)
+	}
+	r := c.inflight
+	c.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.stats, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *fsUsageCache) startLocked(ctx context.Context, measure measureFunc) {
+	r := &fsRefresh{done: make(chan struct{})}
+	c.inflight = r
+	layers, layersOf := c.layers, c.layersOf
+	// The walk outlives the RPC that started it: it serves later ones.
+	// It has no deadline: a walk that hangs (a stuck filesystem) blocks
+	// only itself, never starts again on top of itself, and callers keep
+	// the last measurement meanwhile.
+	bg := backgroundCtx(ctx)
+	go func() {
+		stats, newLayers, newOf, err := measure(bg, layers, layersOf)
+		c.mu.Lock()
+		if err == nil {
+			c.last, c.layers, c.layersOf = stats, newLayers, newOf
+		} else if c.last != nil {
+			klog.ErrorS(err, "Measuring the image filesystem failed; serving the previous measurement", "measuredAt", c.last.at)
+		}
+		c.inflight = nil
+		c.mu.Unlock()
+		r.stats, r.err = stats, err
+		close(r.done)
+	}()
+}
+
+// measureFsUsage measures Docker's storage. layers is the previous
+// measurement's image layer usage (read-only here), valid for the driver
+// directory layersOf; the new one is returned.
+func (ds *DockerService) measureFsUsage(ctx context.Context, layers map[string]fsUsage, layersOf string) (*fsStats, map[string]fsUsage, string, error) {
+	info, err := ds.client.Info(ctx)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("reading Docker's storage settings: %w", err)
+	}
+	if info.DockerRootDir == "" || info.Driver == "" {
+		return nil, nil, "", fmt.Errorf("docker reports no root dir or storage driver (root %q, driver %q)", info.DockerRootDir, info.Driver)
+	}
+	at := time.Now()
+	driverDir := filepath.Join(info.DockerRootDir, info.Driver)
+	st, err := os.Stat(driverDir)
+	if err != nil {
+		// Not a graph driver with a directory of its own (e.g. the
+		// containerd image store): report the root dir, usage unknown.
+		klog.V(4).InfoS("Storage driver has no directory; image filesystem usage not measured", "dir", driverDir, "err", err)
+		return &fsStats{at: at, mountpoint: info.DockerRootDir}, nil, "", nil
+	}
+	dev := st.Sys().(*syscall.Stat_t).Dev
+	if layersOf != driverDir {
+		layers = nil
+	}
+	layerdb := filepath.Join(info.DockerRootDir, "image", info.Driver, "layerdb")
+	containerLayers := readLayerIDs(filepath.Join(layerdb, "mounts"), "mount-id", "init-id")
+	imageLayers := readLayerIDs(filepath.Join(layerdb, "sha256"), "cache-id")
+
+	stats := &fsStats{at: at, mountpoint: driverDir}
+	newLayers := map[string]fsUsage{}
+	entries, err := os.ReadDir(driverDir)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("reading %s: %w", driverDir, err)
+	}
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, "", fmt.Errorf("measuring %s: %w", driverDir, err)
+		}
+		name := e.Name()
+		path := filepath.Join(driverDir, name)
+		switch {
+		case containerLayers[name]:
+			stats.containers.add(diskUsage(path, dev))
+		case imageLayers[name]:
+			// Registered in the layer database only once fully
+			// written: from then on it never changes.
+			u, ok := layers[name]
+			if !ok {
+				u = diskUsage(path, dev)
+			}
+			newLayers[name] = u
+			stats.images.add(u)
+		default:
+			// A layer being pulled, overlay2's "l" directory of short
+			// links, anything else: measured every time.
+			stats.images.add(diskUsage(path, dev))
+		}
+	}
+	return stats, newLayers, driverDir, nil
+}
+
+// readLayerIDs reads the driver directory names (cache IDs) that Docker's
+// layer database records: under layerdb/sha256/<chain ID>/cache-id for
+// image layers, under layerdb/mounts/<container>/{mount-id,init-id} for
+// containers' writable and init layers.
+func readLayerIDs(dir string, files ...string) map[string]bool {
+	out := map[string]bool{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			klog.V(4).InfoS("Cannot read Docker's layer database", "dir", dir, "err", err)
+		}
+		return out
+	}
+	for _, e := range entries {
+		for _, f := range files {
+			data, err := os.ReadFile(filepath.Join(dir, e.Name(), f))
+			if err != nil {
+				continue
+			}
+			if id := strings.TrimSpace(string(data)); id != "" {
+				out[id] = true
+			}
+		}
+	}
+	return out
+}
+
+// diskUsage measures a tree like `du -x`: allocated bytes and inodes, each
+// hard-linked inode once, symlinks not followed, and nothing on another
+// device (a running container's overlay mount at <layer>/merged would
+// count the whole image again). Entries that vanish during the walk are
+// skipped.
+func diskUsage(root string, dev uint64) fsUsage {
+	var u fsUsage
+	seen := map[uint64]bool{}
+	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d == nil {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		if st.Dev != dev {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.IsDir() && st.Nlink > 1 {
+			if seen[st.Ino] {
+				return nil
+			}
+			seen[st.Ino] = true
+		}
+		u.inodes++
+		u.bytes += uint64(st.Blocks) * 512
+		return nil
+	})
+	return u
+}

@@ -1,0 +1,117 @@
+package dockerservice
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/distribution/reference"
+)
+
+// Image references, as kubelet and Docker read them.
+//
+// A CRI image spec is one of:
+//   - a name, possibly familiar: "busybox", "busybox:1.36",
+//     "registry.k8s.io/pause:3.10", "repo@sha256:<digest>";
+//   - an image ID: "sha256:<64 hex>", or a hex prefix of one (Docker
+//     accepts both, with or without "sha256:").
+//
+// Names are normalised as kubelet and containerd do: "busybox" is
+// "docker.io/library/busybox:latest" (a name without tag or digest gets
+// ":latest"). Docker resolves a name and its normalised form to the same
+// image, so netshim always hands Docker the normalised form; IDs go to
+// Docker as given.
+
+// imageIDRE matches what Docker takes as an image ID or ID prefix. A bare
+// hex string of fewer than 64 characters is also a valid repository name:
+// Docker tries the name first and then the ID prefix, and so does netshim
+// by handing it over untouched.
+var imageIDRE = regexp.MustCompile(`^(sha256:)?[0-9a-f]{1,64}$`)
+
+// isImageID reports whether s is an image ID or ID prefix rather than a name.
+func isImageID(s string) bool { return imageIDRE.MatchString(s) }
+
+// normalizeImageName parses a name as kubelet does and adds ":latest" when
+// it has neither tag nor digest. Unparsable input is InvalidArgument.
+func normalizeImageName(s string) (reference.Named, error) {
+	if s == "" {
+		return nil, invalidArgf("image spec is empty: an image name or ID is required")
+	}
+	named, err := reference.ParseNormalizedNamed(s)
+	if err != nil {
+		return nil, invalidArgf("invalid image reference %q: %v", s, err)
+	}
+	return reference.TagNameOnly(named), nil
+}
+
+// imageLookupRef turns a CRI image spec into what netshim asks Docker for
+// when it looks an image up: IDs and ID prefixes as given, names
+// normalised.
+func imageLookupRef(spec string) (string, error) {
+	if spec == "" {
+		return "", invalidArgf("image spec is empty: an image name or ID is required")
+	}
+	if isImageID(spec) {
+		return spec, nil
+	}
+	if strings.HasPrefix(spec, "sha256:") {
+		return "", invalidArgf("invalid image ID %q: want sha256: followed by up to 64 lowercase hex digits", spec)
+	}
+	named, err := normalizeImageName(spec)
+	if err != nil {
+		return "", err
+	}
+	return named.String(), nil
+}
+
+// imagePullRef turns a CRI image spec into the normalised reference to
+// pull. An image ID cannot be pulled.
+func imagePullRef(spec string) (reference.Named, error) {
+	if strings.HasPrefix(spec, "sha256:") || (len(spec) == 64 && isImageID(spec)) {
+		return nil, invalidArgf("cannot pull image %q: it is an image ID; pull a name (repo[:tag] or repo@digest)", spec)
+	}
+	return normalizeImageName(spec)
+}
+
+// normalizeRepoRef normalises a reference Docker reports in RepoTags or
+// RepoDigests ("busybox:latest" → "docker.io/library/busybox:latest").
+// Anything unparsable is returned unchanged.
+func normalizeRepoRef(s string) string {
+	named, err := reference.ParseNormalizedNamed(s)
+	if err != nil {
+		return s
+	}
+	return named.String()
+}
+
+// repoRefs returns Docker's RepoTags and RepoDigests normalised, without
+// the "<none>:<none>" / "<none>@<none>" placeholders older engines report.
+func repoRefs(tags, digests []string) (outTags, outDigests []string) {
+	for _, t := range tags {
+		if t == "<none>:<none>" {
+			continue
+		}
+		outTags = append(outTags, normalizeRepoRef(t))
+	}
+	for _, d := range digests {
+		if d == "<none>@<none>" {
+			continue
+		}
+		outDigests = append(outDigests, normalizeRepoRef(d))
+	}
+	return outTags, outDigests
+}
+
+// imageUser splits an image config's User ("uid", "name", "uid:gid",
+// "name:group") into the CRI's uid or username: a numeric user gives a
+// uid, anything else a username; an empty user gives neither.
+func imageUser(user string) (uid *int64, username string) {
+	u, _, _ := strings.Cut(user, ":")
+	if u == "" {
+		return nil, ""
+	}
+	if n, err := strconv.ParseInt(u, 10, 64); err == nil && n >= 0 {
+		return &n, ""
+	}
+	return nil, u
+}
