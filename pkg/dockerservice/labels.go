@@ -148,6 +148,9 @@ type sandboxInfo struct {
 // decodeExtra decodes the CRI view of a container's labels for its index
 // record. The result is shared by readers and never modified.
 func decodeExtra(kind store.Kind, labels map[string]string) any {
+	if kind == store.KindContainer {
+		return decodeContainerInfo(labels)
+	}
 	if kind != store.KindSandbox {
 		return nil
 	}

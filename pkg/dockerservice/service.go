@@ -49,6 +49,14 @@ type DockerService struct {
 	store       *store.Store
 	health      dockerHealth
 	oomWarnOnce sync.Once
+	// containers is the workload containers' own state: log followers,
+	// the exec killer, the cached cgroup driver (container_runtime.go).
+	containers *containerRuntime
+	// images caches what ListImages and ImageFsInfo would otherwise ask
+	// Docker for on every poll (image_state.go).
+	images imageState
+	// streaming serves exec/attach/port-forward sessions (streaming.go).
+	streaming StreamingServer
 
 	mu sync.Mutex
 	// sandboxes mirrors the checkpoint files, so hot paths never read
@@ -82,6 +90,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		settingUp:    map[string]bool{},
 		creating:     map[string]bool{},
 		imagePresent: map[string]bool{},
+		containers:   newContainerRuntime(client),
 	}
 	if err := ds.loadCheckpoints(); err != nil {
 		return nil, err
@@ -151,6 +160,8 @@ func (ds *DockerService) removeCheckpoint(id string) error {
 // Close releases what the service holds. It does not touch pods: they
 // keep running across a netshim restart.
 func (ds *DockerService) Close() {
+	// Log followers resume from their files' last line on restart.
+	ds.containers.logs.StopAll()
 	if s, ok := ds.network.Plugin().(interface{ Stop() }); ok {
 		s.Stop()
 	}

@@ -89,6 +89,7 @@ func (ds *DockerService) watch(ctx context.Context, first chan struct{}) {
 			ds.refreshVersion(streamCtx)
 			ds.health.set(true, "")
 			klog.InfoS("Docker state index synced", "containers", ds.store.Len())
+			go ds.resumeContainerLogs(streamCtx)
 			delay = reconnectMinDelay
 			signalFirst()
 			err = ds.consumeEvents(streamCtx, msgs, errs)
@@ -161,7 +162,12 @@ func (ds *DockerService) applyEvent(ctx context.Context, m events.Message) {
 					r.FinishedAt = m.TimeNano
 				}
 			})
-			return
+			// A workload container's status needs what the event lacks
+			// (Docker's exact finish time, OOMKilled, error): one inspect
+			// per death.
+			if rec.Kind != store.KindContainer {
+				return
+			}
 		}
 	case events.ActionOOM:
 		if known {
@@ -193,7 +199,7 @@ func (ds *DockerService) refreshRecord(ctx context.Context, id string) {
 		return
 	}
 	if rec := recordFromInspect(c); rec != nil {
-		ds.store.Put(rec)
+		ds.putInspected(rec)
 	}
 }
 
@@ -274,7 +280,7 @@ func recordFromInspect(c container.InspectResponse) *store.Record {
 		r.OOMKilled = st.OOMKilled
 		r.Error = st.Error
 	}
-	r.Extra = decodeExtra(kind, labels)
+	r.Extra = withHostConfig(decodeExtra(kind, labels), c.HostConfig)
 	return r
 }
 

@@ -1,0 +1,478 @@
+package dockerservice
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/strslice"
+	"github.com/docker/docker/api/types/versions"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+// This file maps a CRI ContainerConfig to Docker's Config and HostConfig.
+// The rules, and what Docker (API 1.41, Docker 20.10) cannot express, are
+// commented where they apply.
+
+const (
+	// Docker's own log of a container stays json-file whatever the
+	// daemon's default: the CRI log follower reads it back through
+	// ContainerLogs, which not every driver supports. It is capped, as
+	// kubelet caps the CRI file it rotates: the follower copies it as it
+	// is written, so Docker's copy is only needed to resume after a
+	// netshim restart.
+	dockerLogDriver   = "json-file"
+	dockerLogMaxSize  = "10m"
+	dockerLogMaxFiles = "3"
+
+	// minRecursiveReadOnlyAPI is the first Docker API with recursive
+	// read-only bind mounts (BindOptions.ReadOnlyForceRecursive).
+	minRecursiveReadOnlyAPI = "1.44"
+
+	etcResolvConf = "/etc/resolv.conf"
+	etcHosts      = "/etc/hosts"
+)
+
+// containerDockerInput is what the mapping needs besides the CRI config.
+type containerDockerInput struct {
+	cfg    *runtimeapi.ContainerConfig
+	labels map[string]string
+	// sandboxID is the infra container whose namespaces the container joins.
+	sandboxID string
+	// sandboxNS are the sandbox's namespace options: a namespace the
+	// sandbox shares with the node is the node's for its containers too.
+	sandboxNS *runtimeapi.NamespaceOption
+	// cgroupParent is the sandbox's cgroup parent: the pod's cgroup.
+	cgroupParent string
+	// resolvConfPath and hostsPath are the sandbox's files, which every
+	// container of the pod sees (empty when Docker made none).
+	resolvConfPath, hostsPath string
+	// pidTarget is the container whose pid namespace a TARGET mode joins.
+	pidTarget string
+	// apiVersion is the negotiated Docker API version.
+	apiVersion string
+}
+
+// containerDockerConfig maps a CRI container config to Docker's. Errors
+// are InvalidArgument: they name what the request asked that Docker cannot
+// do.
+func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*container.Config, *container.HostConfig, error) {
+	cfg := in.cfg
+	linux := cfg.GetLinux()
+	sc := linux.GetSecurityContext()
+
+	config := &container.Config{
+		Image:      cfg.GetImage().GetImage(),
+		Entrypoint: strslice.StrSlice(nonEmpty(cfg.GetCommand())),
+		Cmd:        strslice.StrSlice(nonEmpty(cfg.GetArgs())),
+		WorkingDir: cfg.GetWorkingDir(),
+		Labels:     in.labels,
+		Tty:        cfg.GetTty(),
+		OpenStdin:  cfg.GetStdin(),
+		StdinOnce:  cfg.GetStdin() && cfg.GetStdinOnce(),
+		// Docker sends the stop signal on ContainerStop; API 1.41 has no
+		// per-stop signal, so the CRI's is set here. Empty keeps the
+		// image's STOPSIGNAL (Docker merges it in), else SIGTERM.
+		StopSignal: dockerSignal(cfg.GetStopSignal()),
+	}
+	for _, kv := range cfg.GetEnvs() {
+		if kv.GetKey() == "" {
+			return nil, nil, invalidArgf("environment variable with an empty name (value %q)", kv.GetValue())
+		}
+		config.Env = append(config.Env, kv.GetKey()+"="+string(kv.GetValue()))
+	}
+	if len(cfg.GetCDIDevices()) > 0 {
+		return nil, nil, invalidArgf("CDI devices are not supported: Docker API 1.41 has no CDI device requests")
+	}
+
+	hc := &container.HostConfig{
+		LogConfig: container.LogConfig{Type: dockerLogDriver, Config: map[string]string{"max-size": dockerLogMaxSize, "max-file": dockerLogMaxFiles}},
+		// The restart policy stays "no": kubelet decides what restarts.
+	}
+	hc.CgroupParent = in.cgroupParent
+
+	if err := setNamespaces(hc, in); err != nil {
+		return nil, nil, err
+	}
+	binds, mounts, err := containerMounts(cfg.GetMounts(), in.apiVersion)
+	if err != nil {
+		return nil, nil, err
+	}
+	hc.Binds, hc.Mounts = binds, mounts
+	hc.Binds = append(hc.Binds, sandboxFileBinds(cfg.GetMounts(), in, sc.GetReadonlyRootfs())...)
+
+	for _, d := range cfg.GetDevices() {
+		if !filepath.IsAbs(d.GetContainerPath()) || d.GetHostPath() == "" {
+			return nil, nil, invalidArgf("device %q -> %q: the host path is required and the container path must be absolute", d.GetHostPath(), d.GetContainerPath())
+		}
+		perms := d.GetPermissions()
+		if perms == "" {
+			perms = "rwm"
+		}
+		hc.Devices = append(hc.Devices, container.DeviceMapping{PathOnHost: d.GetHostPath(), PathInContainer: d.GetContainerPath(), CgroupPermissions: perms})
+	}
+
+	ds.setResources(&hc.Resources, &hc.OomScoreAdj, linux.GetResources(), cfg.GetMetadata().GetName())
+	if err := setSecurityContext(config, hc, sc); err != nil {
+		return nil, nil, err
+	}
+	return config, hc, nil
+}
+
+func nonEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// setNamespaces puts the container in its pod: the sandbox's network and
+// IPC namespaces (or the node's when the pod uses those), and the pid
+// namespace the CRI asks for. The hostname comes with the network: Docker
+// gives a container in another's network that one's hostname.
+func setNamespaces(hc *container.HostConfig, in containerDockerInput) error {
+	ns := in.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	sandboxMode := container.NetworkMode("container:" + in.sandboxID)
+	node := func(own, pod runtimeapi.NamespaceMode) bool {
+		return own == runtimeapi.NamespaceMode_NODE || pod == runtimeapi.NamespaceMode_NODE
+	}
+
+	if node(ns.GetNetwork(), in.sandboxNS.GetNetwork()) {
+		// The node's network, and its hostname (kubelet gives host-network
+		// pods the node's name).
+		hc.NetworkMode, hc.UTSMode = "host", "host"
+	} else {
+		hc.NetworkMode = sandboxMode
+	}
+
+	if node(ns.GetIpc(), in.sandboxNS.GetIpc()) {
+		hc.IpcMode = "host"
+	} else {
+		hc.IpcMode = container.IpcMode(sandboxMode)
+	}
+
+	switch ns.GetPid() {
+	case runtimeapi.NamespaceMode_NODE:
+		hc.PidMode = "host"
+	case runtimeapi.NamespaceMode_POD:
+		if in.sandboxNS.GetPid() == runtimeapi.NamespaceMode_NODE {
+			hc.PidMode = "host"
+		} else {
+			hc.PidMode = container.PidMode(sandboxMode)
+		}
+	case runtimeapi.NamespaceMode_CONTAINER:
+		// Its own pid namespace: Docker's default.
+	case runtimeapi.NamespaceMode_TARGET:
+		if in.pidTarget == "" {
+			return invalidArgf("pid namespace mode TARGET needs a target container ID")
+		}
+		hc.PidMode = container.PidMode("container:" + in.pidTarget)
+	default:
+		return invalidArgf("unknown pid namespace mode %d", ns.GetPid())
+	}
+	// A nil UsernsOptions reads as mode POD (the enum's zero): only an
+	// explicit POD asks for a user namespace.
+	if u := ns.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
+		return invalidArgf("user namespaces are not supported: Docker has no per-pod user namespace")
+	}
+	return nil
+}
+
+// containerMounts maps CRI mounts to Docker binds ("src:dst:opts"), which
+// create a missing host path as a directory like other CRI runtimes do,
+// and accept the SELinux relabel flag. A mount Docker's bind syntax cannot
+// carry (a ':' in a path, or recursive read-only) becomes a mount.Mount.
+func containerMounts(ms []*runtimeapi.Mount, apiVersion string) (binds []string, mounts []mount.Mount, err error) {
+	seen := map[string]bool{}
+	for _, m := range ms {
+		if m.GetImage().GetImage() != "" {
+			return nil, nil, invalidArgf("mount %s: image volumes are not supported by Docker API 1.41", m.GetContainerPath())
+		}
+		if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
+			return nil, nil, invalidArgf("mount %s: id-mapped mounts are not supported (Docker has no per-container user namespace)", m.GetContainerPath())
+		}
+		if !filepath.IsAbs(m.GetContainerPath()) {
+			return nil, nil, invalidArgf("mount %q: the container path must be absolute", m.GetContainerPath())
+		}
+		if m.GetHostPath() == "" {
+			return nil, nil, invalidArgf("mount %s: the host path is required", m.GetContainerPath())
+		}
+		dst := filepath.Clean(m.GetContainerPath())
+		if seen[dst] {
+			return nil, nil, invalidArgf("two mounts target %s", dst)
+		}
+		seen[dst] = true
+		var propagation mount.Propagation
+		switch m.GetPropagation() {
+		case runtimeapi.MountPropagation_PROPAGATION_PRIVATE:
+			// Docker's default, rprivate.
+		case runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER:
+			propagation = mount.PropagationRSlave
+		case runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL:
+			propagation = mount.PropagationRShared
+		default:
+			return nil, nil, invalidArgf("mount %s: unknown propagation %d", dst, m.GetPropagation())
+		}
+
+		if m.GetRecursiveReadOnly() {
+			mt, err := recursiveReadOnlyMount(m, dst, propagation, apiVersion)
+			if err != nil {
+				return nil, nil, err
+			}
+			mounts = append(mounts, mt)
+			continue
+		}
+		if strings.Contains(m.GetHostPath(), ":") || strings.Contains(dst, ":") {
+			if m.GetSelinuxRelabel() {
+				return nil, nil, invalidArgf("mount %q -> %q: SELinux relabeling needs Docker's bind syntax, which cannot hold a ':' in a path", m.GetHostPath(), dst)
+			}
+			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.GetHostPath(), Target: dst, ReadOnly: m.GetReadonly(),
+				BindOptions: &mount.BindOptions{Propagation: propagation}})
+			continue
+		}
+		var opts []string
+		if m.GetReadonly() {
+			// Under API 1.41 (Docker < 25) "ro" applies to the top mount
+			// only: submounts under the host path stay writable. That is
+			// what kubelet expects when it has not asked for recursive
+			// read-only.
+			opts = append(opts, "ro")
+		}
+		if m.GetSelinuxRelabel() {
+			// A private label: kubelet asks for relabeling only for
+			// volumes of this pod.
+			opts = append(opts, "Z")
+		}
+		if propagation != "" {
+			opts = append(opts, string(propagation))
+		}
+		b := m.GetHostPath() + ":" + dst
+		if len(opts) > 0 {
+			b += ":" + strings.Join(opts, ",")
+		}
+		binds = append(binds, b)
+	}
+	return binds, mounts, nil
+}
+
+// recursiveReadOnlyMount makes a mount read-only all the way down, which
+// only Docker API 1.44+ (Docker 25) can do: BindOptions.ReadOnlyForceRecursive
+// fails the start if the kernel (< 5.12) cannot. With an older API there
+// is no way to ask for it, so the request is refused rather than served
+// with writable submounts. kubelet only asks when the runtime advertises
+// the feature, which netshim does not.
+func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.Propagation, apiVersion string) (mount.Mount, error) {
+	if !m.GetReadonly() {
+		return mount.Mount{}, invalidArgf("mount %s: recursive read-only needs readonly", dst)
+	}
+	if propagation != "" {
+		return mount.Mount{}, invalidArgf("mount %s: recursive read-only needs private propagation", dst)
+	}
+	if apiVersion == "" || versions.LessThan(apiVersion, minRecursiveReadOnlyAPI) {
+		return mount.Mount{}, invalidArgf("mount %s: recursive read-only mounts need Docker API %s or later (Docker 25); this engine speaks %s", dst, minRecursiveReadOnlyAPI, apiVersion)
+	}
+	if m.GetSelinuxRelabel() {
+		return mount.Mount{}, invalidArgf("mount %s: SELinux relabeling cannot be combined with recursive read-only through Docker's mount API", dst)
+	}
+	return mount.Mount{Type: mount.TypeBind, Source: m.GetHostPath(), Target: dst, ReadOnly: true,
+		BindOptions: &mount.BindOptions{ReadOnlyForceRecursive: true, CreateMountpoint: true}}, nil
+}
+
+// sandboxFileBinds bind-mounts the sandbox's resolv.conf and hosts into the
+// container, as dockershim did, so that every container of a pod sees the
+// files Docker wrote for the sandbox from the pod's DNS config. This
+// matters with host networking, where Docker would otherwise give the
+// container a copy of the node's. A file the config mounts itself (kubelet
+// manages /etc/hosts of pods on the pod network) is left to that mount.
+func sandboxFileBinds(ms []*runtimeapi.Mount, in containerDockerInput, readonlyRootfs bool) []string {
+	mounted := map[string]bool{}
+	for _, m := range ms {
+		mounted[filepath.Clean(m.GetContainerPath())] = true
+	}
+	var binds []string
+	for _, f := range [][2]string{{etcResolvConf, in.resolvConfPath}, {etcHosts, in.hostsPath}} {
+		dst, src := f[0], f[1]
+		if src == "" || mounted[dst] {
+			continue
+		}
+		b := src + ":" + dst
+		if readonlyRootfs {
+			// As Docker does for its own copies of these files.
+			b += ":ro"
+		}
+		binds = append(binds, b)
+	}
+	return binds
+}
+
+// setResources maps CRI resources to Docker's. oom_score_adj goes through
+// the same CAP_SYS_RESOURCE clamp as sandboxes.
+func (ds *DockerService) setResources(r *container.Resources, oomScoreAdj *int, res *runtimeapi.LinuxContainerResources, name string) {
+	if res == nil {
+		return
+	}
+	r.CPUPeriod = res.GetCpuPeriod()
+	r.CPUQuota = res.GetCpuQuota()
+	r.CPUShares = res.GetCpuShares()
+	r.Memory = res.GetMemoryLimitInBytes()
+	r.MemorySwap = memorySwap(res)
+	r.CpusetCpus = res.GetCpusetCpus()
+	r.CpusetMems = res.GetCpusetMems()
+	*oomScoreAdj = ds.oomScoreAdj(int(res.GetOomScoreAdj()))
+	// Docker has no hugetlb limits at all (neither at create nor in
+	// ContainerUpdate), so hugepage limits cannot be enforced. kubelet
+	// sends a 0 limit for every page size the node has; only a real
+	// request is worth a word.
+	for _, h := range res.GetHugepageLimits() {
+		if h.GetLimit() > 0 {
+			klog.InfoS("WARNING: Docker cannot limit hugepages; the container's hugepage limit is not enforced", "container", name, "pageSize", h.GetPageSize(), "limit", h.GetLimit())
+		}
+	}
+	// res.Unified (cgroup v2 key/values) has no Docker equivalent either;
+	// kubelet only fills it for alpha features (MemoryQoS).
+}
+
+// memorySwap maps the CRI swap limit (memory+swap, as cgroup v1's memsw)
+// to Docker's MemorySwap. With a memory limit and no swap limit Docker
+// would pick 2× the memory; the CRI means "no limit of its own", which
+// Docker spells -1.
+func memorySwap(res *runtimeapi.LinuxContainerResources) int64 {
+	if s := res.GetMemorySwapLimitInBytes(); s > 0 {
+		return s
+	}
+	if res.GetMemoryLimitInBytes() > 0 {
+		return -1
+	}
+	return 0
+}
+
+// setSecurityContext maps the CRI security context: identity,
+// capabilities, seccomp, AppArmor, SELinux, no_new_privs, masked and
+// read-only paths.
+func setSecurityContext(config *container.Config, hc *container.HostConfig, sc *runtimeapi.LinuxContainerSecurityContext) error {
+	hc.Privileged = sc.GetPrivileged()
+	hc.ReadonlyRootfs = sc.GetReadonlyRootfs()
+
+	user, err := containerUser(sc)
+	if err != nil {
+		return err
+	}
+	config.User = user
+	for _, g := range sc.GetSupplementalGroups() {
+		hc.GroupAdd = append(hc.GroupAdd, strconv.FormatInt(g, 10))
+	}
+	if sc.GetSupplementalGroupsPolicy() == runtimeapi.SupplementalGroupsPolicy_Strict {
+		return invalidArgf("supplemental groups policy Strict is not supported: Docker always adds the groups the image's /etc/group gives the user")
+	}
+
+	if caps := sc.GetCapabilities(); caps != nil {
+		if len(caps.GetAddAmbientCapabilities()) > 0 {
+			return invalidArgf("ambient capabilities are not supported by Docker")
+		}
+		hc.CapAdd = normalizeCaps(caps.GetAddCapabilities())
+		hc.CapDrop = normalizeCaps(caps.GetDropCapabilities())
+	}
+
+	// No seccomp profile at all means unconfined for a container, as with
+	// containerd and dockershim (critest checks it); kubelet always says
+	// which profile it wants.
+	seccomp := []string{"seccomp=unconfined"}
+	if sc.GetSeccomp() != nil {
+		var err error
+		if seccomp, err = seccompSecurityOpt(sc.GetSeccomp()); err != nil {
+			return err
+		}
+	}
+	hc.SecurityOpt = append(hc.SecurityOpt, seccomp...)
+	apparmor, err := apparmorSecurityOpt(sc.GetApparmor())
+	if err != nil {
+		return err
+	}
+	hc.SecurityOpt = append(hc.SecurityOpt, apparmor...)
+	if se := sc.GetSelinuxOptions(); se != nil {
+		for _, kv := range [][2]string{{"user", se.GetUser()}, {"role", se.GetRole()}, {"type", se.GetType()}, {"level", se.GetLevel()}} {
+			if kv[1] != "" {
+				hc.SecurityOpt = append(hc.SecurityOpt, "label="+kv[0]+":"+kv[1])
+			}
+		}
+	}
+	if sc.GetNoNewPrivs() {
+		hc.SecurityOpt = append(hc.SecurityOpt, "no-new-privileges")
+	}
+
+	// Docker applies its default masked and read-only paths when these are
+	// nil and exactly the given ones otherwise, an empty list meaning
+	// none. In-process callers keep that distinction; over gRPC an empty
+	// repeated field arrives as nil, so there it means the defaults, as
+	// with containerd. Privileged containers get none either way (Docker).
+	if p := sc.GetMaskedPaths(); p != nil {
+		hc.MaskedPaths = append([]string{}, p...)
+	}
+	if p := sc.GetReadonlyPaths(); p != nil {
+		hc.ReadonlyPaths = append([]string{}, p...)
+	}
+	return nil
+}
+
+// containerUser is Docker's "user[:group]": run_as_user wins over
+// run_as_username; a group needs one of them, as the CRI says.
+func containerUser(sc *runtimeapi.LinuxContainerSecurityContext) (string, error) {
+	var user string
+	switch {
+	case sc.GetRunAsUser() != nil:
+		if sc.GetRunAsUser().GetValue() < 0 {
+			return "", invalidArgf("run_as_user %d is negative", sc.GetRunAsUser().GetValue())
+		}
+		user = strconv.FormatInt(sc.GetRunAsUser().GetValue(), 10)
+	case sc.GetRunAsUsername() != "":
+		user = sc.GetRunAsUsername()
+	}
+	if g := sc.GetRunAsGroup(); g != nil {
+		if user == "" {
+			return "", invalidArgf("run_as_group is set without run_as_user or run_as_username")
+		}
+		if g.GetValue() < 0 {
+			return "", invalidArgf("run_as_group %d is negative", g.GetValue())
+		}
+		user += ":" + strconv.FormatInt(g.GetValue(), 10)
+	}
+	return user, nil
+}
+
+// normalizeCaps upper-cases capability names; Docker accepts them with or
+// without the CAP_ prefix, and "ALL".
+func normalizeCaps(caps []string) []string {
+	var out []string
+	for _, c := range caps {
+		out = append(out, strings.ToUpper(strings.TrimSpace(c)))
+	}
+	return out
+}
+
+// apparmorSecurityOpt maps a CRI AppArmor profile to Docker's security-opt:
+// RuntimeDefault is Docker's docker-default profile (nothing to say),
+// Localhost a profile already loaded on the node, named by its name.
+func apparmorSecurityOpt(p *runtimeapi.SecurityProfile) ([]string, error) {
+	switch p.GetProfileType() {
+	case runtimeapi.SecurityProfile_Unconfined:
+		return []string{"apparmor=unconfined"}, nil
+	case runtimeapi.SecurityProfile_Localhost:
+		name := strings.TrimPrefix(p.GetLocalhostRef(), "localhost/")
+		if name == "" {
+			return nil, invalidArgf("apparmor profile type Localhost needs a profile name")
+		}
+		return []string{"apparmor=" + name}, nil
+	case runtimeapi.SecurityProfile_RuntimeDefault:
+		return nil, nil
+	}
+	return nil, invalidArgf("unknown apparmor profile type %d", p.GetProfileType())
+}
+
+// describeNamespaces is a one-line summary for logs.
+func describeNamespaces(hc *container.HostConfig) string {
+	return fmt.Sprintf("net=%s ipc=%s pid=%s uts=%s", hc.NetworkMode, hc.IpcMode, hc.PidMode, hc.UTSMode)
+}

@@ -1,0 +1,222 @@
+package dockerservice
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/image"
+	"google.golang.org/grpc/codes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+)
+
+// CreateContainer creates (does not start) a workload container in a
+// running sandbox. The Docker calls are the unavoidable ones: the image's
+// inspect (presence, digest, stop signal), the sandbox's inspect (its
+// resolv.conf, hosts and cgroup parent) and the create. The index holds
+// the new container before the call returns.
+func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	cfg := r.GetConfig()
+	if err := validateContainerConfig(r); err != nil {
+		return nil, err
+	}
+	if err := ds.requireSynced(); err != nil {
+		return nil, err
+	}
+	sb, err := ds.runningSandbox(r.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	sbInfo := sandboxInfoOf(sb)
+	md := cfg.GetMetadata()
+	name := containerName(sbInfo.metadata, md)
+	t := newStepTimer("CreateContainer", "pod", klog.KRef(sbInfo.metadata.Namespace, sbInfo.metadata.Name), "container", md.Name)
+
+	imageName := cfg.GetImage().GetImage()
+	img, err := ds.client.ImageInspect(ctx, imageName)
+	if errdefs.IsNotFound(err) {
+		return nil, notFoundf("image %q of container %s is not present on the node; pull it first (kubelet pulls before it creates)", imageName, md.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspecting image %q of container %s: %w", imageName, md.Name, err)
+	}
+	t.step("image")
+
+	pidTarget, err := ds.pidTarget(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The sandbox's files and cgroup are only in its inspect; reading them
+	// here keeps the index free of fields only this RPC needs.
+	sbc, err := ds.client.ContainerInspect(ctx, sb.ID)
+	if errdefs.IsNotFound(err) {
+		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its infra container is gone", sb.ID))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspecting infra container of pod sandbox %s: %w", sb.ID, err)
+	}
+	t.step("sandbox")
+
+	stopSignal := dockerSignal(cfg.GetStopSignal())
+	if stopSignal == "" && img.Config != nil {
+		stopSignal = img.Config.StopSignal
+	}
+	stopSignal = normalizeDockerSignal(stopSignal)
+	if stopSignal == "" {
+		stopSignal = "SIGTERM"
+	}
+	logPath := containerLogPath(r.GetSandboxConfig().GetLogDirectory(), cfg.GetLogPath())
+	labels, err := containerLabels(containerLabelsInput{
+		sandboxID:  sb.ID,
+		pod:        sbInfo.metadata,
+		cfg:        cfg,
+		logPath:    logPath,
+		imageRef:   imageRef(img, imageName),
+		stopSignal: stopSignal,
+	})
+	if err != nil {
+		return nil, err
+	}
+	in := containerDockerInput{
+		cfg:        cfg,
+		labels:     labels,
+		sandboxID:  sb.ID,
+		sandboxNS:  sbInfo.nsOptions,
+		pidTarget:  pidTarget,
+		apiVersion: ds.client.ClientVersion(),
+	}
+	if sbc.ContainerJSONBase != nil {
+		in.resolvConfPath, in.hostsPath = sbc.ResolvConfPath, sbc.HostsPath
+		if sbc.HostConfig != nil {
+			in.cgroupParent = sbc.HostConfig.CgroupParent
+		}
+	}
+	config, hc, err := ds.containerDockerConfig(in)
+	if err != nil {
+		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
+	}
+
+	created, err := ds.client.ContainerCreate(ctx, config, hc, nil, nil, name)
+	switch {
+	case errdefs.IsConflict(err):
+		return nil, ds.nameConflict(ctx, name, err)
+	case errdefs.IsNotFound(err):
+		// The image was removed between the inspect and the create.
+		return nil, notFoundf("creating container %s: image %q is not present on the node (%v); pull it first", name, imageName, err)
+	case err != nil:
+		return nil, fmt.Errorf("creating container %s: %w", name, err)
+	}
+	for _, w := range created.Warnings {
+		klog.V(2).InfoS("Docker warning on container create", "container", name, "containerID", created.ID, "warning", w)
+	}
+	rec := recordFromCreate(created.ID, name, config)
+	rec.ImageID = img.ID
+	rec.Extra = withHostConfig(rec.Extra, hc)
+	ds.store.Put(rec)
+	t.step("create")
+	t.done("containerID", created.ID, "namespaces", describeNamespaces(hc))
+	return &runtimeapi.CreateContainerResponse{ContainerId: created.ID}, nil
+}
+
+// validateContainerConfig rejects what cannot make a container, before
+// any Docker call.
+func validateContainerConfig(r *runtimeapi.CreateContainerRequest) error {
+	if r.GetPodSandboxId() == "" {
+		return invalidArgf("pod sandbox ID is required")
+	}
+	cfg := r.GetConfig()
+	if cfg == nil {
+		return invalidArgf("container config is required")
+	}
+	if cfg.GetMetadata() == nil || cfg.GetMetadata().GetName() == "" {
+		return invalidArgf("container config: metadata with a name is required")
+	}
+	if cfg.GetImage().GetImage() == "" {
+		return invalidArgf("container %s: image is required", cfg.GetMetadata().GetName())
+	}
+	return nil
+}
+
+// runningSandbox finds the sandbox a container is created in. Its infra
+// container must run: the new container joins its namespaces, which a
+// stopped sandbox no longer has (kubelet makes a new sandbox then).
+func (ds *DockerService) runningSandbox(id string) (*store.Record, error) {
+	sb, err := ds.store.Resolve(id)
+	if err != nil {
+		return nil, invalidArgf("%v", err)
+	}
+	if sb == nil || sb.Kind != store.KindSandbox {
+		return nil, notFoundf("pod sandbox %s not found", id)
+	}
+	if !sb.Running() {
+		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its infra container is not running; containers can only be created in a ready sandbox", sb.ID))
+	}
+	return sb, nil
+}
+
+// pidTarget resolves the container whose pid namespace a TARGET mode
+// joins.
+func (ds *DockerService) pidTarget(cfg *runtimeapi.ContainerConfig) (string, error) {
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	if ns.GetPid() != runtimeapi.NamespaceMode_TARGET {
+		return "", nil
+	}
+	target, err := ds.store.Resolve(ns.GetTargetId())
+	if err != nil {
+		return "", invalidArgf("pid namespace target: %v", err)
+	}
+	if target == nil || ns.GetTargetId() == "" {
+		return "", notFoundf("pid namespace target container %q not found", ns.GetTargetId())
+	}
+	return target.ID, nil
+}
+
+// nameConflict explains a create refused because the name is taken.
+func (ds *DockerService) nameConflict(ctx context.Context, name string, err error) error {
+	holder := "another container"
+	if c, ierr := ds.client.ContainerInspect(ctx, name); ierr == nil {
+		holder = "container " + c.ID
+	}
+	return withCode(codes.AlreadyExists, fmt.Errorf("container name %s is already in use by %s; remove it first, or create with another attempt number: %w", name, holder, err))
+}
+
+// containerLogPath is where kubelet reads the container's log: the
+// sandbox's log directory joined with the container's log path. A
+// relative path with no directory to anchor it means no log file.
+func containerLogPath(dir, path string) string {
+	switch {
+	case path == "":
+		return ""
+	case dir != "":
+		return filepath.Join(dir, path)
+	case filepath.IsAbs(path):
+		return filepath.Clean(path)
+	}
+	return ""
+}
+
+// imageRef is what the CRI calls the image ref: the repo digest of the
+// requested repository when the image has one (what a pull by digest
+// would use), else its ID.
+func imageRef(img image.InspectResponse, requested string) string {
+	repo := requested
+	if i := strings.IndexAny(repo, "@"); i >= 0 {
+		repo = repo[:i]
+	} else if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	for _, d := range img.RepoDigests {
+		if strings.HasPrefix(d, repo+"@") {
+			return d
+		}
+	}
+	if len(img.RepoDigests) > 0 {
+		return img.RepoDigests[0]
+	}
+	return img.ID
+}

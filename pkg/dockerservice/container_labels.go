@@ -1,0 +1,237 @@
+package dockerservice
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+)
+
+// Labels netshim puts on workload containers, besides labelType,
+// labelSandboxID and the pod identity (labelPodName, labelPodNamespace,
+// labelPodUID) that sandboxes carry too. Everything ContainerStatus and
+// ListContainers report is in labels, decoded once into the index record
+// (containerInfo), so that neither needs Docker.
+const (
+	labelContainerName    = labelPrefix + "container-name"
+	labelContainerAttempt = labelPrefix + "container-attempt"
+	// labelLogPath is the full path of the CRI log file: the sandbox's
+	// log_directory joined with the container's log_path, as kubelet and
+	// crictl read it.
+	labelLogPath = labelPrefix + "log-path"
+	// labelImageSpec is the CRI ImageSpec as requested (JSON); Docker's
+	// Config.Image keeps only its image string.
+	labelImageSpec = labelPrefix + "image-spec"
+	// labelImageRef is the image's repo digest, or its ID when it has none,
+	// as resolved at create time.
+	labelImageRef = labelPrefix + "image-ref"
+	// labelMounts is the CRI mounts as requested (JSON): Docker's bind
+	// strings lose the CRI propagation names and the SELinux flag.
+	labelMounts = labelPrefix + "mounts"
+	// labelTTY says the container has a terminal: its Docker log stream is
+	// raw rather than multiplexed.
+	labelTTY = labelPrefix + "tty"
+	// labelStopSignal is the effective stop signal (the CRI config's, else
+	// the image's, else SIGTERM) as a Docker signal name.
+	labelStopSignal = labelPrefix + "stop-signal"
+)
+
+// containerName is the Docker name of a workload container. It follows
+// dockershim's k8s_<container>_<pod>_<namespace>_<uid>_<attempt>, so that
+// operators recognise containers in `docker ps` and Docker refuses a second
+// container with the same metadata and attempt in the same pod.
+func containerName(pod *runtimeapi.PodSandboxMetadata, md *runtimeapi.ContainerMetadata) string {
+	return strings.Join([]string{"k8s", md.Name, pod.Name, pod.Namespace, pod.Uid, strconv.FormatUint(uint64(md.Attempt), 10)}, "_")
+}
+
+// containerLabelsInput is what the labels of a new container are made of.
+type containerLabelsInput struct {
+	sandboxID  string
+	pod        *runtimeapi.PodSandboxMetadata
+	cfg        *runtimeapi.ContainerConfig
+	logPath    string
+	imageRef   string
+	stopSignal string
+}
+
+// containerLabels builds the Docker labels of a new workload container:
+// the CRI labels and annotations in their own key spaces (see makeLabels),
+// plus everything the index needs to answer status without Docker.
+func containerLabels(in containerLabelsInput) (map[string]string, error) {
+	cfg := in.cfg
+	md := cfg.GetMetadata()
+	own := map[string]string{
+		labelType:             typeContainer,
+		labelSandboxID:        in.sandboxID,
+		labelPodName:          in.pod.GetName(),
+		labelPodNamespace:     in.pod.GetNamespace(),
+		labelPodUID:           in.pod.GetUid(),
+		labelContainerName:    md.GetName(),
+		labelContainerAttempt: strconv.FormatUint(uint64(md.GetAttempt()), 10),
+		labelImageRef:         in.imageRef,
+	}
+	if in.logPath != "" {
+		own[labelLogPath] = in.logPath
+	}
+	if in.stopSignal != "" {
+		own[labelStopSignal] = in.stopSignal
+	}
+	if cfg.GetTty() {
+		own[labelTTY] = "true"
+	}
+	spec, err := json.Marshal(cfg.GetImage())
+	if err != nil {
+		return nil, invalidArgf("encoding image spec: %v", err)
+	}
+	own[labelImageSpec] = string(spec)
+	if len(cfg.GetMounts()) > 0 {
+		mounts, err := json.Marshal(cfg.GetMounts())
+		if err != nil {
+			return nil, invalidArgf("encoding mounts: %v", err)
+		}
+		own[labelMounts] = string(mounts)
+	}
+	return makeLabels(cfg.GetLabels(), cfg.GetAnnotations(), own), nil
+}
+
+// containerInfo is what a workload container's labels (and, once
+// inspected, its HostConfig) say, decoded once when its index record is
+// built. It is shared by readers and never modified.
+type containerInfo struct {
+	metadata    *runtimeapi.ContainerMetadata
+	labels      map[string]string
+	annotations map[string]string
+	image       *runtimeapi.ImageSpec
+	imageRef    string
+	logPath     string
+	mounts      []*runtimeapi.Mount
+	tty         bool
+	stopSignal  runtimeapi.Signal
+	// resources are the container's current limits, from its HostConfig;
+	// nil when the record was not built from one.
+	resources *runtimeapi.LinuxContainerResources
+}
+
+// decodeContainerInfo is decodeExtra for workload containers. Unreadable
+// JSON labels (written by hand, or by a future version) leave their field
+// empty rather than hiding the container.
+func decodeContainerInfo(labels map[string]string) *containerInfo {
+	attempt, _ := strconv.ParseUint(labels[labelContainerAttempt], 10, 32)
+	info := &containerInfo{
+		metadata:   &runtimeapi.ContainerMetadata{Name: labels[labelContainerName], Attempt: uint32(attempt)},
+		image:      &runtimeapi.ImageSpec{},
+		imageRef:   labels[labelImageRef],
+		logPath:    labels[labelLogPath],
+		tty:        labels[labelTTY] == "true",
+		stopSignal: criSignal(labels[labelStopSignal]),
+	}
+	info.labels, info.annotations = splitLabels(labels)
+	if v := labels[labelImageSpec]; v != "" {
+		_ = json.Unmarshal([]byte(v), info.image)
+	}
+	if v := labels[labelMounts]; v != "" {
+		_ = json.Unmarshal([]byte(v), &info.mounts)
+	}
+	return info
+}
+
+// containerInfoOf returns a container record's decoded labels.
+func containerInfoOf(r *store.Record) *containerInfo {
+	if info, ok := r.Extra.(*containerInfo); ok {
+		return info
+	}
+	return &containerInfo{metadata: &runtimeapi.ContainerMetadata{}, image: &runtimeapi.ImageSpec{}}
+}
+
+// withHostConfig returns a container record's Extra completed with what
+// the HostConfig says (the current resources, which UpdateContainerResources
+// changes and labels cannot follow). Other kinds are returned unchanged.
+func withHostConfig(extra any, hc *container.HostConfig) any {
+	info, ok := extra.(*containerInfo)
+	if !ok || hc == nil {
+		return extra
+	}
+	c := *info
+	c.resources = resourcesFromHostConfig(hc)
+	return &c
+}
+
+// resourcesFromHostConfig is the CRI view of a container's Docker limits.
+func resourcesFromHostConfig(hc *container.HostConfig) *runtimeapi.LinuxContainerResources {
+	r := &runtimeapi.LinuxContainerResources{
+		CpuPeriod:          hc.CPUPeriod,
+		CpuQuota:           hc.CPUQuota,
+		CpuShares:          hc.CPUShares,
+		MemoryLimitInBytes: hc.Memory,
+		OomScoreAdj:        int64(hc.OomScoreAdj),
+		CpusetCpus:         hc.CpusetCpus,
+		CpusetMems:         hc.CpusetMems,
+	}
+	// -1 is how netshim asks Docker for "no swap limit of its own"; the
+	// CRI says that with 0.
+	if hc.MemorySwap > 0 {
+		r.MemorySwapLimitInBytes = hc.MemorySwap
+	}
+	return r
+}
+
+// dockerSignal turns a CRI stop signal into Docker's name for it ("" for
+// the runtime default): SIGNAL_SIGRTMINPLUS3 becomes SIGRTMIN+3.
+func dockerSignal(s runtimeapi.Signal) string {
+	if s == runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT {
+		return ""
+	}
+	name, ok := runtimeapi.Signal_name[int32(s)]
+	if !ok {
+		return ""
+	}
+	name = strings.TrimPrefix(name, "SIGNAL_")
+	if base, n, ok := strings.Cut(name, "PLUS"); ok {
+		return base + "+" + n
+	}
+	return name
+}
+
+// signalNumbers names the signals an image's STOPSIGNAL may give by
+// number. Only the ones images use in practice; others are reported as
+// the runtime default.
+var signalNumbers = map[string]string{
+	"1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "6": "SIGABRT", "9": "SIGKILL",
+	"10": "SIGUSR1", "12": "SIGUSR2", "15": "SIGTERM", "28": "SIGWINCH",
+}
+
+// normalizeDockerSignal turns the forms Docker accepts ("SIGQUIT", "quit",
+// "3", "SIGRTMIN+3") into the canonical "SIGQUIT"; unknown numbers are
+// kept as they are (Docker understands them).
+func normalizeDockerSignal(s string) string {
+	s = strings.ToUpper(strings.TrimSpace(s))
+	if s == "" {
+		return ""
+	}
+	if name, ok := signalNumbers[s]; ok {
+		return name
+	}
+	if _, err := strconv.Atoi(s); err == nil {
+		return s
+	}
+	if !strings.HasPrefix(s, "SIG") {
+		s = "SIG" + s
+	}
+	return s
+}
+
+// criSignal is the inverse of dockerSignal, for a normalized Docker name.
+func criSignal(docker string) runtimeapi.Signal {
+	if docker == "" {
+		return runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT
+	}
+	name := "SIGNAL_" + strings.Replace(docker, "+", "PLUS", 1)
+	if v, ok := runtimeapi.Signal_value[name]; ok {
+		return runtimeapi.Signal(v)
+	}
+	return runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT
+}

@@ -1,0 +1,432 @@
+package dockerservice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+)
+
+func TestContainerLabelsAndAnnotationsRoundTripExactly(t *testing.T) {
+	e := newPodEnv(t)
+	// Image labels Docker merges in must not come back as CRI labels.
+	e.docker.mu.Lock()
+	e.docker.images[testImage] = map[string]string{"io.kubernetes.container.name": "from-image", "maintainer": "someone"}
+	e.docker.mu.Unlock()
+	cfg := ctrConfig("rt")
+	cfg.Labels = map[string]string{
+		"io.kubernetes.container.name": "rt", "io.kubernetes.pod.uid": "uid-web",
+		"netshim.io/type": "mine", "label.nested": "x", "annotation.x": "y", "empty": "",
+	}
+	cfg.Annotations = map[string]string{
+		"io.kubernetes.container.hash": "1234", "io.kubernetes.container.ports": `[{"containerPort":80}]`,
+		"label.k": "v", "multi\nline": "a\nb", "unicode": "ünïcødé",
+	}
+	id := e.create(t, cfg)
+	check := func(what string, labels, annotations map[string]string) {
+		t.Helper()
+		if !maps.Equal(labels, cfg.Labels) {
+			t.Errorf("%s labels = %v, want exactly %v", what, labels, cfg.Labels)
+		}
+		if !maps.Equal(annotations, cfg.Annotations) {
+			t.Errorf("%s annotations = %v, want exactly %v", what, annotations, cfg.Annotations)
+		}
+	}
+	st := e.status(t, id)
+	check("status", st.Labels, st.Annotations)
+	if st.Metadata.Name != "rt" || st.Metadata.Attempt != 2 {
+		t.Errorf("metadata = %v", st.Metadata)
+	}
+	if st.Image.Image != testImage || st.Image.UserSpecifiedImage != "busybox:1.36" || st.ImageRef != testImageDigest || st.ImageId != testImageID {
+		t.Errorf("image = %v, ref %q, id %q", st.Image, st.ImageRef, st.ImageId)
+	}
+	list, err := e.ds.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{})
+	if err != nil || len(list.Containers) != 1 {
+		t.Fatalf("ListContainers = %v, %v", list, err)
+	}
+	check("list", list.Containers[0].Labels, list.Containers[0].Annotations)
+
+	// A record rebuilt from Docker (a resync, a netshim restart) says the
+	// same.
+	e.ds.refreshRecord(context.Background(), id)
+	st = e.status(t, id)
+	check("status after re-inspect", st.Labels, st.Annotations)
+	if st.Image.UserSpecifiedImage != "busybox:1.36" || st.LogPath == "" {
+		t.Errorf("after re-inspect: image %v log path %q", st.Image, st.LogPath)
+	}
+}
+
+func TestContainerLifecycleIsIdempotent(t *testing.T) {
+	e := newPodEnv(t)
+	ctx := context.Background()
+	stop := func(id string) error {
+		_, err := e.ds.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 5})
+		return err
+	}
+	remove := func(id string) error {
+		_, err := e.ds.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id})
+		return err
+	}
+	// Missing containers: nothing to do.
+	if err := stop("0123456789abcdef"); err != nil {
+		t.Errorf("Stop of a missing container: %v", err)
+	}
+	if err := remove("0123456789abcdef"); err != nil {
+		t.Errorf("Remove of a missing container: %v", err)
+	}
+
+	id := e.create(t, ctrConfig("idem"))
+	if st := e.status(t, id); st.State != runtimeapi.ContainerState_CONTAINER_CREATED || st.CreatedAt == 0 || st.StartedAt != 0 {
+		t.Errorf("after create: state %v created %d started %d", st.State, st.CreatedAt, st.StartedAt)
+	}
+	// Stopping a created container is a no-op.
+	e.docker.resetCalls()
+	if err := stop(id); err != nil {
+		t.Errorf("Stop of a created container: %v", err)
+	}
+	if n := e.docker.count("ContainerStop"); n != 0 {
+		t.Errorf("Stop of a created container called Docker %d times", n)
+	}
+
+	e.start(t, id)
+	st := e.status(t, id)
+	if st.State != runtimeapi.ContainerState_CONTAINER_RUNNING || st.StartedAt == 0 {
+		t.Errorf("after start: state %v started %d", st.State, st.StartedAt)
+	}
+	if _, err := e.ds.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); codeOf(err) != codes.FailedPrecondition {
+		t.Errorf("second start: %v, want FailedPrecondition", err)
+	}
+
+	// Stop: the index knows at once, without waiting for the event.
+	if err := stop(id[:12]); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if st := e.status(t, id); st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.FinishedAt == 0 {
+		t.Errorf("after stop: state %v finished %d", st.State, st.FinishedAt)
+	}
+	if err := stop(id); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+
+	if err := remove(id); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if _, err := e.ds.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id}); codeOf(err) != codes.NotFound {
+		t.Errorf("status after remove: %v, want NotFound", err)
+	}
+	if err := remove(id); err != nil {
+		t.Errorf("second Remove: %v", err)
+	}
+	if err := stop(id); err != nil {
+		t.Errorf("Stop after Remove: %v", err)
+	}
+	if len(e.docker.containers) != 1 {
+		t.Errorf("%d Docker containers left, want only the sandbox's", len(e.docker.containers))
+	}
+
+	// A running container is removed by force.
+	id2 := e.create(t, ctrConfig("idem2"))
+	e.start(t, id2)
+	if err := remove(id2); err != nil {
+		t.Fatalf("Remove of a running container: %v", err)
+	}
+	if _, ok := e.ds.store.Get(id2); ok {
+		t.Error("removed container still in the index")
+	}
+}
+
+func TestCreateContainerPreconditions(t *testing.T) {
+	e := newPodEnv(t)
+	ctx := context.Background()
+
+	t.Run("unknown sandbox", func(t *testing.T) {
+		_, err := e.ds.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: "feedface", Config: ctrConfig("x")})
+		if codeOf(err) != codes.NotFound {
+			t.Errorf("got %v, want NotFound", err)
+		}
+	})
+	t.Run("missing image", func(t *testing.T) {
+		cfg := ctrConfig("x")
+		cfg.Image.Image = "nowhere/nothing:1"
+		e.docker.resetCalls()
+		_, err := e.createErr(cfg)
+		if codeOf(err) != codes.NotFound || !strings.Contains(err.Error(), "nowhere/nothing:1") || !strings.Contains(err.Error(), "pull") {
+			t.Errorf("got %v, want NotFound naming the image and saying to pull it", err)
+		}
+		if e.docker.count("ContainerCreate") != 0 || e.docker.count("ImagePull") != 0 {
+			t.Errorf("calls = %v", e.docker.callLog())
+		}
+	})
+	t.Run("name taken", func(t *testing.T) {
+		first := e.create(t, ctrConfig("dup"))
+		_, err := e.createErr(ctrConfig("dup"))
+		if codeOf(err) != codes.AlreadyExists || !strings.Contains(err.Error(), first) {
+			t.Errorf("got %v, want AlreadyExists naming %s", err, first)
+		}
+	})
+	t.Run("sandbox not ready", func(t *testing.T) {
+		if _, err := e.ds.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: e.sandboxID}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := e.createErr(ctrConfig("late"))
+		if codeOf(err) != codes.FailedPrecondition {
+			t.Errorf("got %v, want FailedPrecondition", err)
+		}
+	})
+}
+
+func TestStartContainerFailureShowsInStatus(t *testing.T) {
+	e := newPodEnv(t)
+	id := e.create(t, ctrConfig("broken"))
+	e.docker.startErr = errors.New(`OCI runtime create failed: exec: "nope": executable file not found in $PATH`)
+	_, err := e.ds.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: id})
+	if err == nil || !strings.Contains(err.Error(), "executable file not found") {
+		t.Fatalf("StartContainer error %v does not carry Docker's", err)
+	}
+	st := e.status(t, id)
+	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode == 0 || st.Reason != reasonError {
+		t.Errorf("status = %v exit %d reason %q, want exited with Docker's exit code", st.State, st.ExitCode, st.Reason)
+	}
+}
+
+// TestContainerStatusReasonsFromEvents: exits seen only through Docker's
+// events stream give the right exit code, reason and finish time.
+func TestContainerStatusReasonsFromEvents(t *testing.T) {
+	e := newPodEnv(t)
+	for _, c := range []struct {
+		name   string
+		code   int
+		oom    bool
+		reason string
+	}{
+		{"ok", 0, false, reasonCompleted},
+		{"fail", 3, false, reasonError},
+		{"oom", 137, true, reasonOOMKilled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := e.create(t, ctrConfig(c.name))
+			e.start(t, id)
+			e.docker.resetCalls()
+			e.docker.exitBehindBack(id, c.code, c.oom)
+			eventually(t, "the exit to reach the index", func() bool {
+				return e.status(t, id).State == runtimeapi.ContainerState_CONTAINER_EXITED && e.docker.count("ContainerInspect "+id) >= 1
+			})
+			st := e.status(t, id)
+			if st.ExitCode != int32(c.code) || st.Reason != c.reason || st.FinishedAt < st.StartedAt || st.FinishedAt == 0 {
+				t.Errorf("exit %d reason %q finished %d started %d; want exit %d reason %q", st.ExitCode, st.Reason, st.FinishedAt, st.StartedAt, c.code, c.reason)
+			}
+			// One inspect per death, and none per status read.
+			e.docker.quiesce()
+			e.docker.resetCalls()
+			for range 10 {
+				e.status(t, id)
+			}
+			if len(e.docker.callLog()) != 0 {
+				t.Errorf("ContainerStatus called Docker: %v", e.docker.callLog())
+			}
+		})
+	}
+}
+
+func TestListContainersFiltersWithoutDockerCalls(t *testing.T) {
+	e := newPodEnv(t)
+	ctx := context.Background()
+	other := podConfig("other")
+	other.PortMappings = nil
+	otherID := e.run(t, other)
+
+	a := e.create(t, ctrConfig("a")) // created
+	b := e.create(t, ctrConfig("b")) // running
+	e.start(t, b)
+	cfgC := ctrConfig("c")
+	cfgC.Labels["tier"] = "db"
+	cc, err := e.ds.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: otherID, Config: cfgC, SandboxConfig: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cc.ContainerId
+	e.start(t, c)
+	if _, err := e.ds.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: c}); err != nil {
+		t.Fatal(err)
+	}
+	e.docker.quiesce()
+	e.docker.resetCalls()
+	list := func(f *runtimeapi.ContainerFilter) []string {
+		t.Helper()
+		resp, err := e.ds.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, c := range resp.Containers {
+			ids = append(ids, c.Id)
+		}
+		return ids
+	}
+	same := func(got []string, want ...string) bool {
+		got, want = slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))
+		return slices.Equal(got, want)
+	}
+	for name, c := range map[string]struct {
+		f    *runtimeapi.ContainerFilter
+		want []string
+	}{
+		"all":            {nil, []string{a, b, c}},
+		"id prefix":      {&runtimeapi.ContainerFilter{Id: b[:10]}, []string{b}},
+		"running":        {&runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}, []string{b}},
+		"created":        {&runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_CREATED}}, []string{a}},
+		"exited":         {&runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED}}, []string{c}},
+		"sandbox":        {&runtimeapi.ContainerFilter{PodSandboxId: e.sandboxID}, []string{a, b}},
+		"sandbox prefix": {&runtimeapi.ContainerFilter{PodSandboxId: otherID[:8]}, []string{c}},
+		"unknown sbx":    {&runtimeapi.ContainerFilter{PodSandboxId: "nope"}, nil},
+		"labels":         {&runtimeapi.ContainerFilter{LabelSelector: map[string]string{"app": "web", "tier": "db"}}, []string{c}},
+		"labels miss":    {&runtimeapi.ContainerFilter{LabelSelector: map[string]string{"app": "nope"}}, nil},
+		"combined":       {&runtimeapi.ContainerFilter{PodSandboxId: e.sandboxID, LabelSelector: map[string]string{"io.kubernetes.container.name": "a"}}, []string{a}},
+	} {
+		if got := list(c.f); !same(got, c.want...) {
+			t.Errorf("%s: got %v, want %v", name, got, c.want)
+		}
+	}
+	if len(e.docker.callLog()) != 0 {
+		t.Errorf("ListContainers called Docker: %v", e.docker.callLog())
+	}
+}
+
+func TestPodSandboxStopAndRemoveTakeTheContainers(t *testing.T) {
+	e := newPodEnv(t)
+	ctx := context.Background()
+	id := e.create(t, ctrConfig("inpod"))
+	e.start(t, id)
+	created := e.create(t, ctrConfig("never"))
+	if _, err := e.ds.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: e.sandboxID}); err != nil {
+		t.Fatal(err)
+	}
+	// The pod's stop does not wait for the containers' logs to be copied;
+	// their exit shows once they are.
+	eventually(t, "the container to show exited", func() bool {
+		return e.status(t, id).State == runtimeapi.ContainerState_CONTAINER_EXITED
+	})
+	if _, err := e.ds.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: e.sandboxID}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{id, created} {
+		if _, err := e.docker.ContainerInspect(ctx, c); err == nil {
+			t.Errorf("container %s still exists in Docker after RemovePodSandbox", c)
+		}
+		if _, ok := e.ds.store.Get(c); ok {
+			t.Errorf("container %s still in the index after RemovePodSandbox", c)
+		}
+	}
+}
+
+func TestUpdateContainerResources(t *testing.T) {
+	e := newPodEnv(t)
+	ctx := context.Background()
+	cfg := ctrConfig("upd")
+	cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuShares: 256, MemoryLimitInBytes: 64 << 20, OomScoreAdj: 900}
+	id := e.create(t, cfg)
+	e.start(t, id)
+
+	_, err := e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: &runtimeapi.LinuxContainerResources{
+		CpuShares: 512, CpuQuota: 20000, CpuPeriod: 100000, MemoryLimitInBytes: 128 << 20, OomScoreAdj: 900,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := e.dockerInspect(t, id).HostConfig
+	if hc.CPUShares != 512 || hc.CPUQuota != 20000 || hc.Memory != 128<<20 {
+		t.Errorf("docker resources = %+v", hc.Resources)
+	}
+	if r := e.status(t, id).GetResources().GetLinux(); r.GetCpuShares() != 512 || r.GetMemoryLimitInBytes() != 128<<20 {
+		t.Errorf("status resources after update = %v", r)
+	}
+
+	for name, res := range map[string]*runtimeapi.LinuxContainerResources{
+		"oom_score_adj": {OomScoreAdj: 500},
+		"hugepages":     {HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 2 << 20}}},
+	} {
+		_, err := e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: res})
+		if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "Docker cannot") {
+			t.Errorf("%s: got %v, want InvalidArgument saying Docker cannot", name, err)
+		}
+	}
+	if _, err := e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: "nope", Linux: &runtimeapi.LinuxContainerResources{}}); codeOf(err) != codes.NotFound {
+		t.Errorf("unknown container: %v, want NotFound", err)
+	}
+}
+
+func TestRuntimeConfigReportsDockersCgroupDriverOnce(t *testing.T) {
+	e := newTestEnv(t)
+	e.docker.mu.Lock()
+	e.docker.info.CgroupDriver = "cgroupfs"
+	e.docker.mu.Unlock()
+	for range 3 {
+		resp, err := e.ds.RuntimeConfig(context.Background(), &runtimeapi.RuntimeConfigRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetLinux().GetCgroupDriver() != runtimeapi.CgroupDriver_CGROUPFS {
+			t.Errorf("cgroup driver = %v", resp.GetLinux().GetCgroupDriver())
+		}
+	}
+	if n := e.docker.count("Info"); n != 1 {
+		t.Errorf("asked Docker %d times, want once (cached)", n)
+	}
+}
+
+func TestContainerStatusVerbose(t *testing.T) {
+	e := newPodEnv(t)
+	id := e.create(t, ctrConfig("verbose"))
+	e.start(t, id)
+	resp, err := e.ds.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		SandboxID string `json:"sandboxID"`
+		Pid       int    `json:"pid"`
+		Config    *struct {
+			Image string
+		} `json:"dockerConfig"`
+		HostConfig *struct {
+			NetworkMode string
+		} `json:"dockerHostConfig"`
+	}
+	if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil {
+		t.Fatalf("info is not JSON: %v\n%s", err, resp.Info["info"])
+	}
+	rec, _ := e.ds.store.Get(id)
+	if info.SandboxID != e.sandboxID || info.Pid != rec.Pid || info.Config == nil || info.Config.Image != testImage ||
+		info.HostConfig == nil || info.HostConfig.NetworkMode != "container:"+e.sandboxID {
+		t.Errorf("verbose info = %s", resp.Info["info"])
+	}
+}
+
+// TestStaleInspectDoesNotResurrect: an inspect made while a container ran,
+// stored after the record of its death, must not bring it back to life.
+func TestStaleInspectDoesNotResurrect(t *testing.T) {
+	e := newTestEnv(t)
+	dead := &store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateExited, StartedAt: 100, FinishedAt: 200, ExitCode: 3}
+	e.ds.store.Put(dead)
+	e.ds.putInspected(&store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateRunning, StartedAt: 100, Pid: 42})
+	if r, _ := e.ds.store.Get("c1"); r.State != store.StateExited || r.ExitCode != 3 {
+		t.Errorf("stale running record replaced the exit: %+v", r)
+	}
+	// A real restart (docker start behind our back) starts later.
+	e.ds.putInspected(&store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateRunning, StartedAt: 300, Pid: 43})
+	if r, _ := e.ds.store.Get("c1"); r.State != store.StateRunning || r.Pid != 43 {
+		t.Errorf("restart not recorded: %+v", r)
+	}
+	e.ds.putInspected(&store.Record{ID: "c2", Kind: store.KindContainer, State: store.StateCreated})
+	if _, ok := e.ds.store.Get("c2"); !ok {
+		t.Error("a new record was not stored")
+	}
+}

@@ -1,0 +1,98 @@
+package dockerservice
+
+import (
+	"context"
+	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+)
+
+// ListContainers answers from the state index, with no Docker call however
+// many containers there are: kubelet relists about twice a second. The
+// filters are the CRI's: ID prefix, state, pod sandbox (ID or unique
+// prefix) and a key=value label selector on the CRI labels.
+func (ds *DockerService) ListContainers(_ context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	if err := ds.requireSynced(); err != nil {
+		return nil, err
+	}
+	f := r.GetFilter()
+	var recs []*store.Record
+	if sbID := f.GetPodSandboxId(); sbID != "" {
+		sb, err := ds.store.Resolve(sbID)
+		if err != nil || sb == nil || sb.Kind != store.KindSandbox {
+			// An unknown or ambiguous sandbox has no containers to show.
+			return &runtimeapi.ListContainersResponse{}, nil
+		}
+		recs = ds.store.ContainersOf(sb.ID)
+	} else {
+		recs = ds.store.List(store.KindContainer)
+	}
+	items := make([]*runtimeapi.Container, 0, len(recs))
+	for _, rec := range recs {
+		if !strings.HasPrefix(rec.ID, f.GetId()) {
+			continue
+		}
+		state := ds.visibleState(rec)
+		if f.GetState() != nil && f.GetState().GetState() != state {
+			continue
+		}
+		info := containerInfoOf(rec)
+		if !matchesSelector(info.labels, f.GetLabelSelector()) {
+			continue
+		}
+		items = append(items, &runtimeapi.Container{
+			Id:           rec.ID,
+			PodSandboxId: rec.SandboxID,
+			Metadata:     info.metadata,
+			Image:        imageSpecOf(rec, info),
+			ImageRef:     imageRefOf(rec, info),
+			ImageId:      rec.ImageID,
+			State:        state,
+			CreatedAt:    rec.CreatedAt,
+			Labels:       info.labels,
+			Annotations:  info.annotations,
+		})
+	}
+	return &runtimeapi.ListContainersResponse{Containers: items}, nil
+}
+
+// containerState is the CRI state of a container record. A container
+// whose start failed stays "created" in Docker, with an exit code and an
+// error; the CRI calls that exited (as containerd does), so that kubelet
+// applies its restart policy and shows why.
+func containerState(r *store.Record) runtimeapi.ContainerState {
+	switch r.State {
+	case store.StateCreated:
+		if startFailed(r) {
+			return runtimeapi.ContainerState_CONTAINER_EXITED
+		}
+		return runtimeapi.ContainerState_CONTAINER_CREATED
+	case store.StateRunning:
+		return runtimeapi.ContainerState_CONTAINER_RUNNING
+	case store.StateExited:
+		return runtimeapi.ContainerState_CONTAINER_EXITED
+	}
+	return runtimeapi.ContainerState_CONTAINER_UNKNOWN
+}
+
+func startFailed(r *store.Record) bool {
+	return r.State == store.StateCreated && (r.Error != "" || r.ExitCode != 0)
+}
+
+// imageSpecOf is the image as requested at create time.
+func imageSpecOf(rec *store.Record, info *containerInfo) *runtimeapi.ImageSpec {
+	if info.image.GetImage() != "" {
+		return info.image
+	}
+	return &runtimeapi.ImageSpec{Image: rec.Image}
+}
+
+// imageRefOf is the image as resolved at create time (digest or ID).
+func imageRefOf(rec *store.Record, info *containerInfo) string {
+	if info.imageRef != "" {
+		return info.imageRef
+	}
+	return rec.ImageID
+}

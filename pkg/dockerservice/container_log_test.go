@@ -1,0 +1,156 @@
+package dockerservice
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/crilog"
+	"github.com/netshim/netshim/pkg/network"
+)
+
+// criLines reads a CRI log file as "stream tag text" lines, timestamps
+// dropped.
+func criLines(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.SplitAfter(string(data), "\n") {
+		if l == "" {
+			continue
+		}
+		entry, err := crilog.ParseLine([]byte(l))
+		if err != nil {
+			t.Fatalf("%s: line %q is not in CRI format: %v", path, l, err)
+		}
+		tag := "F"
+		if entry.Partial {
+			tag = "P"
+		}
+		out = append(out, string(entry.Stream)+" "+tag+" "+string(entry.Content))
+	}
+	return out
+}
+
+func waitLines(t *testing.T, path string, want ...string) {
+	t.Helper()
+	var got []string
+	eventually(t, "log lines "+strings.Join(want, " | "), func() bool {
+		got = criLines(t, path)
+		return strings.Join(got, "\n") == strings.Join(want, "\n")
+	})
+}
+
+func TestStartContainerWritesCRILog(t *testing.T) {
+	e := newPodEnv(t)
+	id := e.create(t, ctrConfig("logger"))
+	path := e.status(t, id).LogPath
+	e.docker.addLog(id, false, "hello\n")
+	e.docker.addLog(id, true, "oops\n")
+	e.start(t, id)
+	waitLines(t, path, "stdout F hello", "stderr F oops")
+	e.docker.addLog(id, false, "partial")
+	waitLines(t, path, "stdout F hello", "stderr F oops", "stdout P partial")
+
+	// kubelet rotates: it renames the file and asks for a fresh one.
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ds.ReopenContainerLog(context.Background(), &runtimeapi.ReopenContainerLogRequest{ContainerId: id}); err != nil {
+		t.Fatalf("ReopenContainerLog: %v", err)
+	}
+	e.docker.addLog(id, false, " end\n")
+	waitLines(t, path, "stdout F  end")
+	if got := criLines(t, path+".1"); len(got) != 3 {
+		t.Errorf("rotated file = %q", got)
+	}
+
+	// Once the container is gone there is nothing to reopen.
+	if _, err := e.ds.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ds.ReopenContainerLog(context.Background(), &runtimeapi.ReopenContainerLogRequest{ContainerId: id}); codeOf(err) != codes.FailedPrecondition {
+		t.Errorf("reopen of a stopped container: %v, want FailedPrecondition", err)
+	}
+	if _, err := e.ds.ReopenContainerLog(context.Background(), &runtimeapi.ReopenContainerLogRequest{ContainerId: "nope"}); codeOf(err) != codes.NotFound {
+		t.Errorf("reopen of an unknown container: %v, want NotFound", err)
+	}
+}
+
+func TestStartContainerRefusesUnwritableLog(t *testing.T) {
+	e := newPodEnv(t)
+	// A file where the log directory should be.
+	blocker := e.sandbox.LogDirectory
+	if err := os.MkdirAll(blocker, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blocker+"/logger", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := e.create(t, ctrConfig("logger"))
+	_, err := e.ds.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: id})
+	if codeOf(err) != codes.FailedPrecondition {
+		t.Fatalf("got %v, want FailedPrecondition", err)
+	}
+	if n := e.docker.count("ContainerStart"); n != 1 { // the sandbox's
+		t.Errorf("Docker started the container although its log cannot be written")
+	}
+}
+
+// TestLogFollowersResumeAfterRestart: a new netshim on the same Docker
+// goes on writing the files of running containers, with no line lost or
+// written twice.
+func TestLogFollowersResumeAfterRestart(t *testing.T) {
+	e := newPodEnv(t)
+	id := e.create(t, ctrConfig("survivor"))
+	path := e.status(t, id).LogPath
+	e.docker.addLog(id, false, "one\n")
+	e.start(t, id)
+	waitLines(t, path, "stdout F one")
+
+	e.ds.Close() // stops the followers, as a netshim shutdown does
+	e.docker.addLog(id, false, "two\n")
+
+	ds2, err := NewDockerService(Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake"}, e.docker, e.ckpt, []network.NetworkPlugin{&fakePlugin{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startService(t, ds2)
+	waitLines(t, path, "stdout F one", "stdout F two")
+	e.docker.addLog(id, false, "three\n")
+	waitLines(t, path, "stdout F one", "stdout F two", "stdout F three")
+}
+
+// TestExitShowsOnlyWithTheWholeLog: kubelet and critest read the log as
+// soon as they see a container exited; everything it printed must be in
+// the file by then.
+func TestExitShowsOnlyWithTheWholeLog(t *testing.T) {
+	e := newPodEnv(t)
+	for i := range 20 {
+		cfg := ctrConfig("quick")
+		cfg.Metadata.Attempt = uint32(i)
+		cfg.LogPath = fmt.Sprintf("quick/%d.log", i)
+		id := e.create(t, cfg)
+		path := e.status(t, id).LogPath
+		e.start(t, id)
+		e.docker.addLog(id, false, "last words\n")
+		e.docker.exitBehindBack(id, 0, false)
+		eventually(t, "the exit", func() bool {
+			return e.status(t, id).State == runtimeapi.ContainerState_CONTAINER_EXITED
+		})
+		if got := criLines(t, path); len(got) != 1 || got[0] != "stdout F last words" {
+			t.Fatalf("attempt %d: exited with log %q, want the last line in it", i, got)
+		}
+	}
+}

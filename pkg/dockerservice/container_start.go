@@ -1,0 +1,134 @@
+package dockerservice
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/docker/docker/api/types/container"
+	"google.golang.org/grpc/codes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+)
+
+// StartContainer starts a created container, then copies its log into the
+// CRI log file kubelet reads. A container whose log cannot be written is
+// not left running: kubelet would see it run with no log at all.
+func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	rec, err := ds.mustFindContainer(r.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	id := rec.ID
+	if st := containerState(rec); st != runtimeapi.ContainerState_CONTAINER_CREATED {
+		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("container %s is %s: only a created container can be started (kubelet creates a new one to restart)", id, st))
+	}
+	info := containerInfoOf(rec)
+	t := newStepTimer("StartContainer", "containerID", id)
+	// Fail before Docker starts anything if the log file cannot be made:
+	// it is the commonest reason the follower could not start.
+	if info.logPath != "" {
+		if err := checkLogFile(info.logPath); err != nil {
+			return nil, withCode(codes.FailedPrecondition, fmt.Errorf("container %s: %w", id, err))
+		}
+	}
+
+	if info.logPath != "" {
+		// From before the start: the container may exit at once.
+		defer ds.containers.streams.markStarting(id)()
+	}
+	if err := ds.client.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		// Docker records why (the exit code and error) on the container:
+		// the index shows them in ContainerStatus.
+		ds.refreshRecord(backgroundCtx(ctx), id)
+		return nil, fmt.Errorf("starting container %s: %w", id, err)
+	}
+	t.step("start")
+
+	// The inspect makes the index current (pid, start time) before the
+	// answer, and catches a container that died at once.
+	c, err := ds.client.ContainerInspect(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("inspecting started container %s: %w", id, err)
+	}
+	if rec := recordFromInspect(c); rec != nil {
+		ds.putInspected(rec)
+	}
+	t.step("inspect")
+
+	if info.logPath != "" {
+		// Started even if the container already exited: the follower then
+		// copies the whole log and ends.
+		if err := ds.containers.logs.Start(ctx, id, info.logPath, info.tty); err != nil {
+			ds.killAfterFailedStart(ctx, id)
+			return nil, fmt.Errorf("container %s: copying its log to %s: %w", id, info.logPath, err)
+		}
+		t.step("log")
+	}
+	t.done()
+	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+// checkLogFile makes sure the CRI log file can be created (and its
+// directory: crictl's log directories need not exist).
+func checkLogFile(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating log directory: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("opening log file: %w", err)
+	}
+	return f.Close()
+}
+
+// killAfterFailedStart undoes a start whose log could not be set up. It
+// runs detached from the caller, who may have given up.
+func (ds *DockerService) killAfterFailedStart(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(backgroundCtx(ctx), cleanupTimeout)
+	defer cancel()
+	zero := 0
+	if err := ds.client.ContainerStop(ctx, id, container.StopOptions{Timeout: &zero}); err != nil {
+		klog.ErrorS(err, "Failed to kill a container whose log could not be set up", "containerID", id)
+	}
+	ds.refreshRecord(ctx, id)
+}
+
+// mustFindContainer finds a workload container by ID or unique prefix in
+// the index; unknown is NotFound.
+func (ds *DockerService) mustFindContainer(id string) (*store.Record, error) {
+	rec, err := ds.findContainer(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return nil, notFoundf("container %s not found", id)
+	}
+	return rec, nil
+}
+
+// findContainer finds a workload container by ID or unique prefix in the
+// index. It returns (nil, nil) when there is none, which Stop and Remove
+// treat as done.
+func (ds *DockerService) findContainer(id string) (*store.Record, error) {
+	if id == "" {
+		return nil, invalidArgf("container ID is required")
+	}
+	if err := ds.requireSynced(); err != nil {
+		return nil, err
+	}
+	rec, err := ds.store.Resolve(id)
+	if err != nil {
+		return nil, invalidArgf("%v", err)
+	}
+	if rec == nil {
+		return nil, nil
+	}
+	if rec.Kind != store.KindContainer {
+		return nil, notFoundf("%s is a pod sandbox, not a container", id)
+	}
+	return rec, nil
+}

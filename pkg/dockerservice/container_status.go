@@ -1,0 +1,120 @@
+package dockerservice
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/docker/docker/api/types/container"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+)
+
+// Reasons of an exited container, as kubelet shows them.
+const (
+	reasonCompleted  = "Completed"
+	reasonError      = "Error"
+	reasonOOMKilled  = "OOMKilled"
+	reasonStartError = "StartError"
+)
+
+// ContainerStatus answers from the state index with no Docker call (the
+// events stream keeps exit code, finish time and OOM kills current). Only
+// a verbose status, which people ask for rather than kubelet, inspects the
+// container for its Docker config.
+func (ds *DockerService) ContainerStatus(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	rec, err := ds.mustFindContainer(r.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	info := containerInfoOf(rec)
+	state := ds.visibleState(rec)
+	st := &runtimeapi.ContainerStatus{
+		Id:          rec.ID,
+		Metadata:    info.metadata,
+		State:       state,
+		CreatedAt:   rec.CreatedAt,
+		StartedAt:   rec.StartedAt,
+		FinishedAt:  rec.FinishedAt,
+		ExitCode:    int32(rec.ExitCode),
+		Image:       imageSpecOf(rec, info),
+		ImageRef:    imageRefOf(rec, info),
+		ImageId:     rec.ImageID,
+		Labels:      info.labels,
+		Annotations: info.annotations,
+		Mounts:      info.mounts,
+		LogPath:     info.logPath,
+		StopSignal:  info.stopSignal,
+		Message:     rec.Error,
+	}
+	switch {
+	case state == runtimeapi.ContainerState_CONTAINER_EXITED:
+		st.Reason = exitReason(rec)
+	case state != containerState(rec):
+		// Exited, but its log is still being copied: not yet.
+		st.FinishedAt, st.ExitCode, st.Message = 0, 0, ""
+	}
+	if info.resources != nil {
+		st.Resources = &runtimeapi.ContainerResources{Linux: info.resources}
+	}
+	resp := &runtimeapi.ContainerStatusResponse{Status: st}
+	if r.GetVerbose() {
+		resp.Info = ds.containerVerboseInfo(ctx, rec, info)
+	}
+	return resp, nil
+}
+
+// exitReason says why an exited container ended.
+func exitReason(r *store.Record) string {
+	switch {
+	case startFailed(r):
+		return reasonStartError
+	case r.OOMKilled:
+		return reasonOOMKilled
+	case r.ExitCode == 0:
+		return reasonCompleted
+	}
+	return reasonError
+}
+
+// containerVerboseInfo is the "info" map of a verbose status: what netshim
+// and Docker know beyond the CRI fields, for people debugging a container.
+func (ds *DockerService) containerVerboseInfo(ctx context.Context, rec *store.Record, info *containerInfo) map[string]string {
+	v := struct {
+		SandboxID     string                `json:"sandboxID"`
+		Pid           int                   `json:"pid"`
+		ContainerName string                `json:"containerName"`
+		Image         string                `json:"image"`
+		ImageID       string                `json:"imageID,omitempty"`
+		LogPath       string                `json:"logPath,omitempty"`
+		StopSignal    string                `json:"stopSignal,omitempty"`
+		Tty           bool                  `json:"tty"`
+		Config        *container.Config     `json:"dockerConfig,omitempty"`
+		HostConfig    *container.HostConfig `json:"dockerHostConfig,omitempty"`
+		State         *container.State      `json:"dockerState,omitempty"`
+		InspectError  string                `json:"inspectError,omitempty"`
+	}{
+		SandboxID:     rec.SandboxID,
+		Pid:           rec.Pid,
+		ContainerName: rec.Name,
+		Image:         rec.Image,
+		ImageID:       rec.ImageID,
+		LogPath:       info.logPath,
+		StopSignal:    dockerSignal(info.stopSignal),
+		Tty:           info.tty,
+	}
+	if c, err := ds.client.ContainerInspect(ctx, rec.ID); err != nil {
+		v.InspectError = err.Error()
+	} else {
+		v.Config = c.Config
+		if c.ContainerJSONBase != nil {
+			v.HostConfig, v.State = c.HostConfig, c.State
+		}
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		data = []byte(fmt.Sprintf(`{"error":%q}`, err.Error()))
+	}
+	return map[string]string{"info": string(data)}
+}
