@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/streaming"
 )
 
 // options are the daemon's flags, named as kubelet and cri-dockerd name
@@ -28,6 +30,7 @@ type options struct {
 	restrictOOMScoreAdj string
 	stopTimeout         time.Duration
 	shutdownTimeout     time.Duration
+	streamingAddress    string
 }
 
 func defaultOptions() *options {
@@ -44,6 +47,7 @@ func defaultOptions() *options {
 		restrictOOMScoreAdj: "auto",
 		stopTimeout:         10 * time.Second,
 		shutdownTimeout:     10 * time.Second,
+		streamingAddress:    streaming.DefaultAddr,
 	}
 }
 
@@ -61,6 +65,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.restrictOOMScoreAdj, "restrict-oom-score-adj", o.restrictOOMScoreAdj, "Clamp negative oom_score_adj values (kubelet asks -998 for sandboxes) to netshim's own: \"auto\" when netshim lacks CAP_SYS_RESOURCE (runc would fail the start), \"true\" always, \"false\" never.")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", o.stopTimeout, "Grace period given to a sandbox's containers when the sandbox is stopped.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "On SIGTERM/SIGINT, how long in-flight RPCs may run before the server stops hard.")
+	fs.StringVar(&o.streamingAddress, "streaming-address", o.streamingAddress, "host:port of the HTTP server for exec, attach and port-forward sessions (the URLs the CRI Exec/Attach/PortForward RPCs return). Port 0 picks a free port. It has no authentication besides single-use tokens: keep it on loopback, where kubelet reaches it.")
 
 	// klog's flags (-v, --vmodule, --logtostderr...) as kubelet has them.
 	gofs := flag.NewFlagSet("klog", flag.ExitOnError)
@@ -79,6 +84,9 @@ func (o *options) validate() error {
 	}
 	if o.mtu < 0 {
 		return fmt.Errorf("--mtu %d: must not be negative", o.mtu)
+	}
+	if _, _, err := net.SplitHostPort(o.streamingAddress); err != nil {
+		return fmt.Errorf("--streaming-address %q: want host:port (e.g. 127.0.0.1:0): %v", o.streamingAddress, err)
 	}
 	if o.podInfraImage == "" {
 		return fmt.Errorf("--pod-infra-container-image must not be empty")

@@ -17,6 +17,7 @@ import (
 	"github.com/netshim/netshim/pkg/cni"
 	"github.com/netshim/netshim/pkg/dockerservice"
 	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/streaming"
 	"github.com/netshim/netshim/pkg/version"
 )
 
@@ -94,6 +95,19 @@ func run(ctx context.Context, opts *options) error {
 	// kubelet every pod is gone. With dockerd down this returns at once
 	// and the index fills when it comes up.
 	ds.Start(ctx)
+
+	// Exec, attach and port-forward sessions: the RPCs hand out URLs of
+	// this server. It listens before the CRI socket does, so no URL is
+	// ever handed out for a server that is not there.
+	streamSrv, err := streaming.New(streaming.Config{Addr: opts.streamingAddress}, client, ds.PodNetNS)
+	if err != nil {
+		return err
+	}
+	if err := streamSrv.Start(); err != nil {
+		return err
+	}
+	defer streamSrv.Stop()
+	ds.SetStreamingServer(streamSrv)
 
 	socketPath := opts.listen[len("unix://"):]
 	lis, err := listenUnix(socketPath)

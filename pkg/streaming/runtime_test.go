@@ -1,0 +1,381 @@
+package streaming
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	utilexec "k8s.io/utils/exec"
+)
+
+// buf is a goroutine-safe io.WriteCloser.
+type buf struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	closed bool
+}
+
+func (b *buf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *buf) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *buf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func noNetNS(context.Context, string) (string, error) { return "", errors.New("no pods here") }
+
+func newTestRuntime(t *testing.T) (*Runtime, *fakeDocker) {
+	docker := newFakeDocker(t)
+	r := NewRuntime(docker, noNetNS)
+	t.Cleanup(r.stopAll)
+	return r, docker
+}
+
+// runWithin runs f and fails the test if it takes longer than d.
+func runWithin(t *testing.T, d time.Duration, what string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %s", what, d)
+		return nil
+	}
+}
+
+func TestExecExitCodeReachesTheLibraryAsExitError(t *testing.T) {
+	for _, code := range []int{0, 1, 3, 127} {
+		r, docker := newTestRuntime(t)
+		docker.nextScript = func(p *proc) int {
+			p.stdout("out\n")
+			p.stderr("err\n")
+			return code
+		}
+		var out, errOut buf
+		err := runWithin(t, 5*time.Second, "Exec", func() error {
+			return r.Exec(context.Background(), "c1", []string{"sh", "-c", "exit"}, nil, &out, &errOut, false, nil)
+		})
+		if out.String() != "out\n" || errOut.String() != "err\n" {
+			t.Errorf("exit %d: stdout %q stderr %q, want the demultiplexed streams %q and %q", code, out.String(), errOut.String(), "out\n", "err\n")
+		}
+		if code == 0 {
+			if err != nil {
+				t.Errorf("exit 0: Exec returned %v, want nil", err)
+			}
+			continue
+		}
+		// cri-streaming tests the error with a type assertion (not
+		// errors.As): it must be the ExitError itself, unwrapped.
+		exitErr, ok := err.(utilexec.ExitError)
+		if !ok {
+			t.Fatalf("exit %d: Exec returned %T %v, want a k8s.io/utils/exec.ExitError", code, err, err)
+		}
+		if !exitErr.Exited() || exitErr.ExitStatus() != code {
+			t.Errorf("exit %d: ExitError exited=%v status=%d", code, exitErr.Exited(), exitErr.ExitStatus())
+		}
+		e := docker.exec("exec-1")
+		want := container.ExecOptions{Cmd: []string{"sh", "-c", "exit"}, AttachStdout: true, AttachStderr: true}
+		if !slices.Equal(e.opts.Cmd, want.Cmd) || e.opts.Tty || e.opts.AttachStdin || !e.opts.AttachStdout || !e.opts.AttachStderr || e.container != "c1" {
+			t.Errorf("exec created in %q with %+v, want in c1 with %+v", e.container, e.opts, want)
+		}
+	}
+}
+
+func TestExecWaitsForDockerToRecordTheExit(t *testing.T) {
+	r, docker := newTestRuntime(t)
+	// Docker closes the streams first and records the exit a little
+	// later: Exec must not report a still-"running" exec as exit 0.
+	docker.exitDelay = 150 * time.Millisecond
+	docker.nextScript = func(*proc) int { return 42 }
+	var out buf
+	err := runWithin(t, 5*time.Second, "Exec", func() error {
+		return r.Exec(context.Background(), "c1", []string{"false"}, nil, &out, nil, false, nil)
+	})
+	if exitErr, ok := err.(utilexec.ExitError); !ok || exitErr.ExitStatus() != 42 {
+		t.Fatalf("Exec returned %v, want exit code 42", err)
+	}
+}
+
+func TestExecStreamsRequestedOnly(t *testing.T) {
+	r, docker := newTestRuntime(t)
+	docker.nextScript = func(p *proc) int {
+		line, _ := p.readLine()
+		p.stdout("got " + line)
+		return 0
+	}
+	in := strings.NewReader("hello\n")
+	var out buf
+	if err := r.Exec(context.Background(), "c1", []string{"cat"}, in, &out, nil, false, nil); err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if got := out.String(); got != "got hello\n" {
+		t.Errorf("stdout %q, want %q", got, "got hello\n")
+	}
+	e := docker.exec("exec-1")
+	if !e.opts.AttachStdin || !e.opts.AttachStdout || e.opts.AttachStderr {
+		t.Errorf("exec created with stdin=%v stdout=%v stderr=%v, want true true false", e.opts.AttachStdin, e.opts.AttachStdout, e.opts.AttachStderr)
+	}
+}
+
+func TestExecForwardsStdinEOF(t *testing.T) {
+	r, docker := newTestRuntime(t)
+	docker.nextScript = func(p *proc) int {
+		all, err := p.readAll() // returns only at the client's EOF
+		if err != nil {
+			return 99
+		}
+		p.stdout(strings.ToUpper(all))
+		return 0
+	}
+	var out buf
+	err := runWithin(t, 5*time.Second, "Exec", func() error {
+		return r.Exec(context.Background(), "c1", []string{"tr"}, strings.NewReader("a\nb\n"), &out, nil, false, nil)
+	})
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if out.String() != "A\nB\n" {
+		t.Errorf("stdout %q, want %q", out.String(), "A\nB\n")
+	}
+}
+
+func TestExecTTYIsRawResizesAndDoesNotWaitForStdin(t *testing.T) {
+	r, docker := newTestRuntime(t)
+	// The first resize reaches Docker before the exec runs and is
+	// refused: it must be retried, not lost.
+	docker.resizeFailures = 2
+	resized := make(chan struct{})
+	docker.nextScript = func(p *proc) int {
+		line, _ := p.readLine()
+		p.stdout("tty: " + line)
+		// Exit only once both sizes have been applied.
+		select {
+		case <-resized:
+		case <-time.After(5 * time.Second):
+		}
+		return 0
+	}
+	// The client keeps stdin open after the command is done, as an
+	// interactive kubectl/crictl does.
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	go func() { _, _ = io.WriteString(inW, "ls\n") }()
+
+	sizes := make(chan remotecommand.TerminalSize)
+	go func() {
+		waitResizes := func(n int) {
+			for range 500 {
+				if len(docker.resizeCalls()) == n {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		sizes <- remotecommand.TerminalSize{Width: 80, Height: 24}
+		waitResizes(1)
+		sizes <- remotecommand.TerminalSize{Width: 120, Height: 40}
+		waitResizes(2)
+		close(resized)
+	}()
+	var out buf
+	err := runWithin(t, 10*time.Second, "Exec with an open stdin", func() error {
+		return r.Exec(context.Background(), "c1", []string{"sh"}, inR, &out, nil, true, sizes)
+	})
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if got := out.String(); got != "tty: ls\n" {
+		t.Errorf("stdout %q, want the raw tty bytes %q", got, "tty: ls\n")
+	}
+	want := []resizeCall{{"exec-1", 24, 80}, {"exec-1", 40, 120}}
+	if got := docker.resizeCalls(); !slices.Equal(got, want) {
+		t.Errorf("resizes %+v, want %+v", got, want)
+	}
+	e := docker.exec("exec-1")
+	if !e.opts.Tty || !e.opts.AttachStdin || !e.opts.AttachStdout || e.opts.AttachStderr {
+		t.Errorf("exec created with %+v, want Tty, stdin and stdout", e.opts)
+	}
+	// The size known before the start is given at creation too (used by
+	// engines from API 1.42 on).
+	if e.opts.ConsoleSize == nil || *e.opts.ConsoleSize != [2]uint{24, 80} || e.startOpts.ConsoleSize == nil || *e.startOpts.ConsoleSize != [2]uint{24, 80} {
+		t.Errorf("console size at creation %v, at start %v; want [24 80] (height, width)", e.opts.ConsoleSize, e.startOpts.ConsoleSize)
+	}
+}
+
+func TestExecTTYWithoutASizeStartsAnyway(t *testing.T) {
+	r, docker := newTestRuntime(t)
+	docker.nextScript = func(p *proc) int { p.stdout("hello\r\n"); return 0 }
+	sizes := make(chan remotecommand.TerminalSize) // the client never sends one
+	var out buf
+	err := runWithin(t, 5*time.Second, "Exec", func() error {
+		return r.Exec(context.Background(), "c1", []string{"echo", "hello"}, nil, &out, nil, true, sizes)
+	})
+	if err != nil || out.String() != "hello\r\n" {
+		t.Fatalf("Exec: %v, stdout %q", err, out.String())
+	}
+	if e := docker.exec("exec-1"); e.opts.ConsoleSize != nil {
+		t.Errorf("console size %v with no size from the client", *e.opts.ConsoleSize)
+	}
+}
+
+func TestExecEndsWhenTheServerStops(t *testing.T) {
+	r, docker := newTestRuntime(t)
+	started := make(chan struct{})
+	docker.nextScript = func(p *proc) int {
+		close(started)
+		_, _ = p.readAll() // until the connection is closed
+		return 0
+	}
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- r.Exec(context.Background(), "c1", []string{"sleep"}, inR, &buf{}, nil, false, nil) }()
+	<-started
+	r.stopAll()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Exec after stop returned %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Exec did not end when the server stopped")
+	}
+}
+
+func TestExecWithoutCommandFails(t *testing.T) {
+	r, _ := newTestRuntime(t)
+	err := r.Exec(context.Background(), "c1", nil, nil, &buf{}, nil, false, nil)
+	if err == nil {
+		t.Fatal("Exec with no command succeeded")
+	}
+	if _, ok := err.(utilexec.ExitError); ok {
+		t.Errorf("a failure to run is reported as an exit code: %v", err)
+	}
+}
+
+func TestAttachDemultiplexesByTheContainersTTY(t *testing.T) {
+	r, docker := newTestRuntime(t)
+	docker.addContainer("plain", true, false, func(p *proc) {
+		line, _ := p.readLine()
+		p.stdout("echo: " + line)
+		p.stderr("warn\n")
+		_, _ = p.readAll() // stdin_once: exits at the client's EOF
+	})
+	var out, errOut buf
+	err := runWithin(t, 5*time.Second, "Attach", func() error {
+		return r.Attach(context.Background(), "plain", strings.NewReader("hi\n"), &out, &errOut, false, nil)
+	})
+	if err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if out.String() != "echo: hi\n" || errOut.String() != "warn\n" {
+		t.Errorf("stdout %q stderr %q, want %q and %q", out.String(), errOut.String(), "echo: hi\n", "warn\n")
+	}
+	docker.mu.Lock()
+	opts := docker.attachOpts[0]
+	docker.mu.Unlock()
+	if opts != (container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true}) {
+		t.Errorf("attached with %+v", opts)
+	}
+}
+
+func TestAttachTTYIsRawAndResizesTheContainer(t *testing.T) {
+	r, docker := newTestRuntime(t)
+	resized := make(chan struct{})
+	docker.addContainer("term", true, true, func(p *proc) {
+		p.stdout("$ ")
+		select {
+		case <-resized:
+		case <-time.After(5 * time.Second):
+		}
+	})
+	sizes := make(chan remotecommand.TerminalSize, 1)
+	sizes <- remotecommand.TerminalSize{Width: 100, Height: 50}
+	go func() {
+		for range 200 {
+			if len(docker.resizeCalls()) == 1 {
+				close(resized)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	var out buf
+	if err := r.Attach(context.Background(), "term", nil, &out, nil, true, sizes); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if out.String() != "$ " {
+		t.Errorf("stdout %q, want %q", out.String(), "$ ")
+	}
+	if got, want := docker.resizeCalls(), []resizeCall{{"term", 50, 100}}; !slices.Equal(got, want) {
+		t.Errorf("resizes %+v, want %+v", got, want)
+	}
+}
+
+func TestAttachRefusesAStoppedContainer(t *testing.T) {
+	r, docker := newTestRuntime(t)
+	docker.addContainer("dead", false, false, func(*proc) {})
+	err := r.Attach(context.Background(), "dead", nil, &buf{}, nil, false, nil)
+	if err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Fatalf("Attach to a stopped container returned %v, want a not-running error", err)
+	}
+	if err := r.Attach(context.Background(), "missing", nil, &buf{}, nil, false, nil); err == nil {
+		t.Fatal("Attach to a missing container succeeded")
+	}
+}
+
+func TestResizeRetryGivesWayToANewerSize(t *testing.T) {
+	sizes := make(chan remotecommand.TerminalSize)
+	var mu sync.Mutex
+	var applied []remotecommand.TerminalSize
+	doResize := func(_ context.Context, s remotecommand.TerminalSize) error {
+		if s.Width == 1 {
+			return errors.New("not running yet") // never succeeds
+		}
+		mu.Lock()
+		applied = append(applied, s)
+		mu.Unlock()
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		forwardResizes(context.Background(), sizes, nil, doResize)
+		close(done)
+	}()
+	sizes <- remotecommand.TerminalSize{Width: 1, Height: 1}
+	sizes <- remotecommand.TerminalSize{Width: 2, Height: 2} // taken while the first is retried
+	sizes <- remotecommand.TerminalSize{}                    // 0x0 is ignored
+	close(sizes)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("forwardResizes did not return when the channel closed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []remotecommand.TerminalSize{{Width: 2, Height: 2}}; !slices.Equal(applied, want) {
+		t.Errorf("applied %v, want %v", applied, want)
+	}
+}
