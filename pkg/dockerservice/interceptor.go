@@ -3,9 +3,11 @@ package dockerservice
 import (
 	"context"
 	"path"
+	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
@@ -27,7 +29,7 @@ func UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 		verbosity = 6
 	}
 	start := time.Now()
-	resp, err := handler(ctx, req)
+	resp, err := callRecovering(ctx, req, method, handler)
 	if err != nil {
 		err = toStatus(err)
 		st, _ := status.FromError(err)
@@ -36,4 +38,17 @@ func UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	}
 	klog.V(verbosity).InfoS("RPC", "method", method, "duration", time.Since(start))
 	return resp, nil
+}
+
+// callRecovering runs the handler and turns a panic into an Internal error:
+// one bad request must not take down the daemon and every pod's runtime
+// with it.
+func callRecovering(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			klog.ErrorS(nil, "RPC handler panicked", "method", method, "panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, status.Errorf(codes.Internal, "netshim: %s panicked: %v (see the daemon log)", method, r)
+		}
+	}()
+	return handler(ctx, req)
 }

@@ -108,7 +108,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		return nil, fmt.Errorf("inspecting infra container %s: %w", id, err)
 	}
 	rec := recordFromInspect(c)
-	ds.store.Put(rec)
+	ds.putInspected(rec)
 	if !rec.Running() {
 		ds.undoRunPodSandbox(ctx, cp, false)
 		return nil, fmt.Errorf("infra container %s of pod %s exited right after start (exit code %d): %s", id, klog.KRef(md.Namespace, md.Name), rec.ExitCode, rec.Error)

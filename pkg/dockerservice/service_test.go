@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -687,5 +688,13 @@ func TestReadsWaitForFirstSync(t *testing.T) {
 	ds.Start(ctx)
 	if _, err := ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{}); codeOf(err) != codes.Unavailable {
 		t.Errorf("list before the first sync: %v, want Unavailable (an empty list would mean every pod is gone)", err)
+	}
+}
+
+func TestInterceptorRecoversPanics(t *testing.T) {
+	_, err := UnaryInterceptor(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/runtime.v1.RuntimeService/Boom"},
+		func(context.Context, any) (any, error) { panic("nil map") })
+	if st, _ := status.FromError(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "Boom") {
+		t.Errorf("panic became %v, want Internal naming the method", err)
 	}
 }
