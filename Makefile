@@ -85,11 +85,11 @@ e2e:
 e2e-kubelet:
 	@hack/e2e-kubelet.sh
 
-## test: lint, unit and e2e (all three run; fails if any failed)
+## test: lint, unit, e2e, conformance (critest) and e2e-kubelet (all run; fails if any failed)
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit e2e; do \
+	for t in lint unit e2e conformance e2e-kubelet; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \
