@@ -50,7 +50,7 @@ conformance:
 
 ## unit: unit tests with the race detector
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./cmd/...
+	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/bench/...
 
 ## lint: gofmt, go vet and staticcheck
 lint: staticcheck
@@ -107,8 +107,9 @@ run:
 	@hack/cni-config.sh /etc/cni/net.d
 	exec $(OUT)/netshim --network-plugin=cni --cni-bin-dir=/opt/cni/bin,/usr/lib/cni -v=2
 
+## bench: netshim vs the Docker+CNI floor; prints the table, also in _output/bench.md (root)
 bench:
-	@echo "bench: not yet implemented (issue 3)" >&2; exit 1
+	@hack/bench.sh $(BENCH_FLAGS)
 
 ## clean: stop the dockerd hack/dockerd.sh started (its PID file is in _output/), remove _output/
 clean: dockerd-stop

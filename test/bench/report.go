@@ -1,0 +1,173 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// percentile returns the nearest-rank p-th percentile (0 < p <= 100) of
+// samples, or 0 for none.
+func percentile(samples []time.Duration, p float64) time.Duration {
+	if len(samples) == 0 {
+		return 0
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	rank = min(max(rank, 1), len(s))
+	return s[rank-1]
+}
+
+// fmtDur prints a latency in a unit that keeps three significant digits.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	case d < time.Second:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+}
+
+func fmtBytes(n int64) string {
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// fmtKinds lists request kinds with their count per op.
+func fmtKinds(c requestCounts, ops int) string {
+	top := c.top()
+	if len(top) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(top))
+	for _, k := range top {
+		parts = append(parts, fmt.Sprintf("`%s` %s", k.kind, fmtPerOp(k.count, ops)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func fmtPerOp(n, ops int) string {
+	if ops <= 1 {
+		return fmt.Sprintf("×%d", n)
+	}
+	v := float64(n) / float64(ops)
+	if v == math.Trunc(v) {
+		return fmt.Sprintf("×%.0f", v)
+	}
+	return fmt.Sprintf("×%.2f", v)
+}
+
+// row is one line of the results table.
+type row struct {
+	item  string // the issue's item number(s)
+	what  string
+	value string
+}
+
+// report collects the rows of the table and the figures that the ratios
+// and acceptance checks are computed from.
+type report struct {
+	rows   []row
+	durs   map[string]time.Duration
+	nums   map[string]float64
+	header []string
+	notes  []string
+}
+
+func newReport() *report {
+	return &report{durs: map[string]time.Duration{}, nums: map[string]float64{}}
+}
+
+func (r *report) add(item, what, value string) {
+	r.rows = append(r.rows, row{item, what, value})
+	fmt.Printf("  %-58s %s\n", what, value)
+}
+
+func (r *report) note(format string, args ...any) {
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
+// check is one acceptance target of the issue.
+type check struct {
+	target   string
+	measured string
+	met      string
+}
+
+// checks evaluates the acceptance targets from what was measured; a figure
+// that was not measured (scenario failed) says so.
+func (r *report) checks() []check {
+	var out []check
+	lat := func(name, key string) {
+		d, ok := r.durs[key+".p99"]
+		c := check{target: name + " p99 < 1 ms with the pods present", measured: "not measured", met: "—"}
+		if ok {
+			c.measured = fmtDur(d)
+			c.met = yesNo(d < time.Millisecond)
+			if raw, ok := r.durs[key+"raw.p99"]; ok {
+				c.measured += fmt.Sprintf(" (answer not decoded: %s)", fmtDur(raw))
+			}
+		}
+		out = append(out, c)
+	}
+	lat("ListPodSandbox", "list")
+	lat("PodSandboxStatus", "status")
+	c := check{target: "idle Docker requests: 0 per second apart from the events stream", measured: "not measured", met: "—"}
+	if v, ok := r.nums["idle.rps"]; ok {
+		c.measured = fmt.Sprintf("%.2f/s", v)
+		c.met = yesNo(v == 0)
+	}
+	out = append(out, c)
+	ratio := func(target, num, den string, limit float64) {
+		c := check{target: target, measured: "not measured", met: "—"}
+		n, ok1 := r.durs[num]
+		d, ok2 := r.durs[den]
+		if ok1 && ok2 && d > 0 {
+			v := float64(n) / float64(d)
+			c.measured = fmt.Sprintf("%.2f×", v)
+			c.met = yesNo(v <= limit)
+		}
+		out = append(out, c)
+	}
+	ratio("RunPodSandbox p50 ≤ 1.05 × floor p50 (floor with loopback ADD)", "run.p50", "floor.lo.p50", 1.05)
+	ratio("Stop+Remove p50 ≤ 1.1 × teardown floor p50 (floor with loopback DEL)", "stopremove.p50", "teardown.lo.p50", 1.1)
+	return out
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "**no**"
+}
+
+// markdown renders the whole report.
+func (r *report) markdown() string {
+	var b strings.Builder
+	for _, h := range r.header {
+		b.WriteString(h + "\n")
+	}
+	b.WriteString("\n| # | Measurement | Value |\n|---|---|---|\n")
+	for _, row := range r.rows {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", row.item, row.what, escapePipes(row.value))
+	}
+	b.WriteString("\n| Acceptance target | Measured | Met |\n|---|---|---|\n")
+	for _, c := range r.checks() {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.target, c.measured, c.met)
+	}
+	if len(r.notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range r.notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	return b.String()
+}
+
+func escapePipes(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
