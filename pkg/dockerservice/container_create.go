@@ -101,7 +101,10 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
 	}
 
-	created, err := ds.client.ContainerCreate(ctx, config, hc, nil, nil, name)
+	created, err := ds.createOwned(ctx, config, hc, name, func(rec *store.Record) {
+		rec.ImageID = img.ID
+		rec.Extra = withHostConfig(rec.Extra, hc)
+	})
 	switch {
 	case errdefs.IsConflict(err):
 		return nil, ds.nameConflict(ctx, name, err)
@@ -114,10 +117,6 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	for _, w := range created.Warnings {
 		klog.V(2).InfoS("Docker warning on container create", "container", name, "containerID", created.ID, "warning", w)
 	}
-	rec := recordFromCreate(created.ID, name, config)
-	rec.ImageID = img.ID
-	rec.Extra = withHostConfig(rec.Extra, hc)
-	ds.store.Put(rec)
 	t.step("create")
 	t.done("containerID", created.ID, "namespaces", describeNamespaces(hc))
 	return &runtimeapi.CreateContainerResponse{ContainerId: created.ID}, nil

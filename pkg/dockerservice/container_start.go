@@ -40,6 +40,8 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 		// From before the start: the container may exit at once.
 		defer ds.containers.streams.markStarting(id)()
 	}
+	endStart := ds.beginOwnOp(ownStartKey(id))
+	defer endStart()
 	if err := ds.client.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		// Docker records why (the exit code and error) on the container:
 		// the index shows them in ContainerStatus.
@@ -57,6 +59,7 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 	if rec := recordFromInspect(c); rec != nil {
 		ds.putInspected(rec)
 	}
+	endStart()
 	t.step("inspect")
 
 	if info.logPath != "" {

@@ -186,7 +186,7 @@ func (f *fakeDocker) ContainerCreate(_ context.Context, cfg *container.Config, h
 		},
 		Config: &c,
 	}
-	f.emit(events.ActionCreate, id, nil)
+	f.emit(events.ActionCreate, id, map[string]string{"name": name})
 	return container.CreateResponse{ID: id}, nil
 }
 

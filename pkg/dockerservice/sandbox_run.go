@@ -53,12 +53,12 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	if err != nil {
 		return nil, err
 	}
-	created, err := ds.client.ContainerCreate(ctx, config, hostConfig, nil, nil, name)
+	created, err := ds.createOwned(ctx, config, hostConfig, name, nil)
 	if errdefs.IsNotFound(err) {
 		// The image went away behind our back: pull it and try once more.
 		ds.forgetImage(image)
 		if err = ds.ensureImage(ctx, image); err == nil {
-			created, err = ds.client.ContainerCreate(ctx, config, hostConfig, nil, nil, name)
+			created, err = ds.createOwned(ctx, config, hostConfig, name, nil)
 		}
 	}
 	if errdefs.IsConflict(err) {
@@ -68,7 +68,6 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		return nil, fmt.Errorf("creating infra container for pod %s: %w", klog.KRef(md.Namespace, md.Name), err)
 	}
 	id := created.ID
-	ds.store.Put(recordFromCreate(id, name, config))
 	t.step("create")
 
 	// From here on a failure must leave nothing behind.
@@ -94,6 +93,8 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	}
 	t.step("checkpoint")
 
+	endStart := ds.beginOwnOp(ownStartKey(id))
+	defer endStart()
 	if err := ds.client.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		ds.undoRunPodSandbox(ctx, cp, false)
 		return nil, fmt.Errorf("starting infra container %s for pod %s: %w", id, klog.KRef(md.Namespace, md.Name), err)
@@ -109,6 +110,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	}
 	rec := recordFromInspect(c)
 	ds.putInspected(rec)
+	endStart()
 	if !rec.Running() {
 		ds.undoRunPodSandbox(ctx, cp, false)
 		return nil, fmt.Errorf("infra container %s of pod %s exited right after start (exit code %d): %s", id, klog.KRef(md.Namespace, md.Name), rec.ExitCode, rec.Error)

@@ -65,6 +65,9 @@ type DockerService struct {
 	// settingUp holds sandboxes whose network is being set up: they are
 	// not ready yet even though their container runs.
 	settingUp map[string]bool
+	// ownOps counts netshim's own creates and starts in flight, whose
+	// events the index loop skips (own_ops.go).
+	ownOps map[string]int
 	// creating holds sandbox names with a RunPodSandbox in flight.
 	creating map[string]bool
 	// imagePresent remembers images known to exist locally.
@@ -89,6 +92,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		sandboxes:    map[string]*checkpoint.PodSandbox{},
 		settingUp:    map[string]bool{},
 		creating:     map[string]bool{},
+		ownOps:       map[string]int{},
 		imagePresent: map[string]bool{},
 		containers:   newContainerRuntime(client),
 	}

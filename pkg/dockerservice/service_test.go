@@ -698,3 +698,16 @@ func TestInterceptorRecoversPanics(t *testing.T) {
 		t.Errorf("panic became %v, want Internal naming the method", err)
 	}
 }
+
+func TestOwnCreateAndStartCostNoEventInspects(t *testing.T) {
+	e := newTestEnv(t)
+	e.docker.resetCalls()
+	id := e.run(t, podConfig("quiet"))
+	// Events are applied in order: once the kill is seen, the create and
+	// start events before it have been handled too.
+	e.docker.killBehindBack(id)
+	eventually(t, "die event applied", func() bool { r, _ := e.ds.store.Get(id); return !r.Running() })
+	if n := e.docker.count("ContainerInspect"); n != 1 {
+		t.Errorf("RunPodSandbox cost %d inspects, want 1 (the post-start one): %v", n, e.docker.calls)
+	}
+}

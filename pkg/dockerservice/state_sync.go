@@ -175,12 +175,12 @@ func (ds *DockerService) applyEvent(ctx context.Context, m events.Message) {
 			return
 		}
 	case events.ActionCreate:
-		if known {
+		if known || ds.isOwnOp(ownCreateKey(m.Actor.Attributes["name"])) {
 			return
 		}
 	case events.ActionStart:
-		// netshim's own starts are already recorded with their pid.
-		if known && rec.Running() && rec.Pid != 0 && rec.StartedAt != 0 {
+		// netshim's own starts are recorded by the starter's inspect.
+		if ds.isOwnOp(ownStartKey(id)) || (known && rec.Running() && rec.Pid != 0 && rec.StartedAt != 0) {
 			return
 		}
 	}
