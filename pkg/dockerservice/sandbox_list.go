@@ -19,6 +19,16 @@ func (ds *DockerService) ListPodSandbox(_ context.Context, r *runtimeapi.ListPod
 		return nil, err
 	}
 	f := r.GetFilter()
+	if f.GetId() == "" && f.GetState() == nil && len(f.GetLabelSelector()) == 0 {
+		// kubelet's relist: the same answer until the state changes.
+		return cachedOrBuild(&ds.sandboxListWire, ds.currentStateKey(), func() *runtimeapi.ListPodSandboxResponse {
+			return ds.listPodSandbox(f)
+		}), nil
+	}
+	return ds.listPodSandbox(f), nil
+}
+
+func (ds *DockerService) listPodSandbox(f *runtimeapi.PodSandboxFilter) *runtimeapi.ListPodSandboxResponse {
 	recs := ds.store.List(store.KindSandbox)
 	seen := make(map[string]bool, len(recs))
 	items := make([]*runtimeapi.PodSandbox, 0, len(recs))
@@ -46,7 +56,7 @@ func (ds *DockerService) ListPodSandbox(_ context.Context, r *runtimeapi.ListPod
 		})
 	}
 	items = append(items, ds.checkpointOnlySandboxes(seen, f)...)
-	return &runtimeapi.ListPodSandboxResponse{Items: items}, nil
+	return &runtimeapi.ListPodSandboxResponse{Items: items}
 }
 
 // checkpointOnlySandboxes lists sandboxes known only from their checkpoint.

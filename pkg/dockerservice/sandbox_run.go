@@ -215,6 +215,7 @@ func (ds *DockerService) reserveName(name string) (func(), error) {
 }
 
 func (ds *DockerService) markSettingUp(id string, on bool) {
+	defer ds.bumpLocalState()
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if on {

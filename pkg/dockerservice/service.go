@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -65,6 +66,11 @@ type DockerService struct {
 	// settingUp holds sandboxes whose network is being set up: they are
 	// not ready yet even though their container runs.
 	settingUp map[string]bool
+	// localGen counts changes of the state kept outside the index, and
+	// sandboxListWire caches the encoded unfiltered ListPodSandbox answer
+	// (wire_cache.go).
+	localGen        atomic.Uint64
+	sandboxListWire atomic.Pointer[encodedResponse]
 	// ownOps counts netshim's own creates and starts in flight, whose
 	// events the index loop skips (own_ops.go).
 	ownOps map[string]int
@@ -147,6 +153,7 @@ func (ds *DockerService) putCheckpoint(cp *checkpoint.PodSandbox) error {
 	ds.mu.Lock()
 	ds.sandboxes[cp.SandboxID] = cp
 	ds.mu.Unlock()
+	ds.bumpLocalState()
 	return nil
 }
 
@@ -158,6 +165,7 @@ func (ds *DockerService) removeCheckpoint(id string) error {
 	ds.mu.Lock()
 	delete(ds.sandboxes, id)
 	ds.mu.Unlock()
+	ds.bumpLocalState()
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
@@ -110,7 +111,7 @@ func (p *fakePlugin) held() int {
 }
 
 // startService starts the index sync and stops it with the test.
-func startService(t *testing.T, ds *DockerService) {
+func startService(t testing.TB, ds *DockerService) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ds.Start(ctx)
@@ -143,7 +144,7 @@ type testEnv struct {
 	root   string
 }
 
-func newTestEnv(t *testing.T, mutate ...func(*Config)) *testEnv {
+func newTestEnv(t testing.TB, mutate ...func(*Config)) *testEnv {
 	t.Helper()
 	docker := newFakeDocker()
 	docker.images[testPauseImage] = map[string]string{"image.label": "from-image"}
@@ -710,4 +711,56 @@ func TestOwnCreateAndStartCostNoEventInspects(t *testing.T) {
 	if n := e.docker.count("ContainerInspect"); n != 1 {
 		t.Errorf("RunPodSandbox cost %d inspects, want 1 (the post-start one): %v", n, e.docker.calls)
 	}
+}
+
+func TestListPodSandboxCacheFollowsState(t *testing.T) {
+	e := newTestEnv(t)
+	codec := e.ds.Codec()
+	list := func() *runtimeapi.ListPodSandboxResponse {
+		t.Helper()
+		resp, err := e.ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The codec's bytes must be exactly the message's encoding.
+		wire, err := codec.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := &runtimeapi.ListPodSandboxResponse{}
+		if err := proto.Unmarshal(wire.Materialize(), sent); err != nil || !proto.Equal(sent, resp) {
+			t.Fatalf("codec sent bytes that do not decode to the answer (%v)", err)
+		}
+		return resp
+	}
+	a := e.run(t, podConfig("a"))
+	first := list()
+	if again := list(); again != first {
+		t.Error("unchanged state: answer rebuilt instead of served from the cache")
+	}
+	b := e.run(t, podConfig("b"))
+	if got := list(); len(got.Items) != 2 {
+		t.Fatalf("after a new pod: %d items", len(got.Items))
+	}
+	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: a}); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range list().Items {
+		want := runtimeapi.PodSandboxState_SANDBOX_READY
+		if it.Id == a {
+			want = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+		}
+		if it.State != want {
+			t.Errorf("%s: state %v, want %v", it.Id, it.State, want)
+		}
+	}
+	e.docker.removeBehindBack(b)
+	eventually(t, "removed pod listed NOTREADY from its checkpoint", func() bool {
+		for _, it := range list().Items {
+			if it.Id == b {
+				return it.State == runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+			}
+		}
+		return false
+	})
 }
