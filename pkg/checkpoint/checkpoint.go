@@ -62,7 +62,9 @@ type PodSandbox struct {
 	CreatedAt     int64           `json:"createdAt"`               // unix nanoseconds
 	// NetworkTornDown is set once TearDownPod succeeded, so that Remove
 	// after Stop does not run CNI DEL a second time. Until it is set,
-	// every Stop/Remove retries the teardown.
+	// every Stop/Remove retries the teardown. netshim keeps it in memory
+	// only (a lost mark costs one idempotent DEL), so on disk it is
+	// normally false.
 	NetworkTornDown bool `json:"networkTornDown,omitempty"`
 }
 

@@ -269,7 +269,7 @@ func TestSetUpPod(t *testing.T) {
 	}
 
 	calls := env.exec.Calls()
-	if got := callNames(calls); got != "ADD loopback, ADD bridge, ADD portmap, ADD bandwidth" {
+	if got := callNames(calls); got != "ADD bridge, ADD portmap, ADD bandwidth, ADD loopback" {
 		t.Fatalf("calls = %s", got)
 	}
 	for _, c := range calls {
@@ -283,7 +283,7 @@ func TestSetUpPod(t *testing.T) {
 			}
 		}
 	}
-	lo, bridge, portmap, bw := calls[0], calls[1], calls[2], calls[3]
+	bridge, portmap, bw, lo := calls[0], calls[1], calls[2], calls[3]
 	if lo.IfName != "lo" || lo.Conf["name"] != "cni-loopback" || lo.Conf["cniVersion"] != "0.3.1" || lo.runtimeConfig() != nil {
 		t.Errorf("loopback call: ifname %q conf %v", lo.IfName, lo.Conf)
 	}
@@ -417,7 +417,7 @@ func TestSetUpPodErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "iptables says no") || !strings.Contains(err.Error(), `"testnet"`) {
 			t.Fatalf("err = %v", err)
 		}
-		if got := callNames(env.exec.Calls()); got != "ADD loopback, ADD bridge, ADD portmap" {
+		if got := callNames(env.exec.Calls()); got != "ADD bridge, ADD portmap, ADD loopback" {
 			t.Errorf("calls = %s", got)
 		}
 	})
@@ -428,7 +428,8 @@ func TestSetUpPodErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "lo broken") {
 			t.Fatalf("err = %v", err)
 		}
-		if got := callNames(env.exec.Calls()); got != "ADD loopback" {
+		// Both ADDs ran (side by side); the pod is torn down by the caller.
+		if got := callNames(env.exec.Calls()); got != "ADD bridge, ADD portmap, ADD bandwidth, ADD loopback" {
 			t.Errorf("calls = %s", got)
 		}
 	})

@@ -99,10 +99,21 @@ func (f *fakeExec) FindInPath(plugin string, paths []string) (string, error) {
 	return filepath.Join("/fake/bin", plugin), nil
 }
 
+// Calls returns the invocations in a canonical order: the pod network's
+// plugins in the order they ran, then loopback's. Loopback runs beside the
+// pod network, so its place in the real sequence is not fixed.
 func (f *fakeExec) Calls() []execCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]execCall(nil), f.calls...)
+	var net, lo []execCall
+	for _, c := range f.calls {
+		if c.Plugin == "loopback" {
+			lo = append(lo, c)
+		} else {
+			net = append(net, c)
+		}
+	}
+	return append(net, lo...)
 }
 
 func (f *fakeExec) Reset() {

@@ -64,12 +64,17 @@ func (p *Plugin) SetUpPod(ctx context.Context, pod network.PodRef, annotations m
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 
-	if _, err := p.cni.AddNetworkList(ctx, p.loNetwork, loopbackConf(rt)); err != nil {
-		return fmt.Errorf("adding pod %s to the loopback network: %w", klog.KRef(pod.Namespace, pod.Name), err)
-	}
-	klog.V(4).InfoS("Added pod to loopback network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
-
+	// Loopback and the pod network touch different interfaces, so their
+	// ADDs run side by side: the loopback exec costs nothing on the way.
+	loErr := make(chan error, 1)
+	go func() {
+		_, err := p.cni.AddNetworkList(ctx, p.loNetwork, loopbackConf(rt))
+		loErr <- err
+	}()
 	res, err := p.cni.AddNetworkList(ctx, def.list, rt)
+	if lerr := <-loErr; lerr != nil && err == nil {
+		return fmt.Errorf("adding pod %s to the loopback network: %w", klog.KRef(pod.Namespace, pod.Name), lerr)
+	}
 	if err != nil {
 		// libcni's text names the failing plugin and carries its message;
 		// the user sees it in the pod's events, so it is kept whole.
@@ -133,6 +138,20 @@ func (p *Plugin) TearDownPod(ctx context.Context, pod network.PodRef) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 
+	// As for ADD, loopback's DEL runs beside the pod network's. It runs
+	// even without a netns (the plugin then has nothing to undo and
+	// succeeds): it is what removes libcni's cache entry for the
+	// attachment, which would otherwise outlive the pod. A failure is only
+	// logged, since it holds no address.
+	loDone := make(chan struct{})
+	go func() {
+		defer close(loDone)
+		if err := p.cni.DelNetworkList(ctx, p.loNetwork, loopbackConf(rt)); err != nil {
+			klog.ErrorS(err, "Failed to delete pod from loopback network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
+		}
+	}()
+	defer func() { <-loDone }()
+
 	if err := p.cni.DelNetworkList(ctx, list, delRt); err != nil {
 		// libcni stops at the first plugin whose DEL fails, so the plugins
 		// before it in the list (the IPAM-holding bridge, typically) would
@@ -144,14 +163,6 @@ func (p *Plugin) TearDownPod(ctx context.Context, pod network.PodRef) error {
 		klog.InfoS("CNI DEL of the whole network failed, but every installed plugin's own DEL succeeded", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID, "network", list.Name, "err", err)
 	}
 	klog.V(4).InfoS("Deleted pod from CNI network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID, "network", list.Name, "netns", netnsPath)
-
-	// DEL of loopback runs even without a netns (the plugin then has
-	// nothing to undo and succeeds): it is what removes libcni's cache
-	// entry for the attachment, which would otherwise outlive the pod.
-	// A failure is only logged, since the pod's IP is already released.
-	if err := p.cni.DelNetworkList(ctx, p.loNetwork, loopbackConf(rt)); err != nil {
-		klog.ErrorS(err, "Failed to delete pod from loopback network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
-	}
 	return nil
 }
 

@@ -123,7 +123,9 @@ func (ds *DockerService) stopSandbox(ctx context.Context, ref sandboxRef) error 
 }
 
 // tearDownSandboxNetwork calls the plugin and records success in the
-// checkpoint.
+// in-memory checkpoint only: the mark saves a second CNI DEL when Remove
+// follows Stop, and losing it in a restart costs just that (DEL is
+// idempotent), so it is not worth a synchronous disk write on every stop.
 func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandboxRef) error {
 	cp := ref.checkpointOrLabels()
 	if err := ds.network.TearDownPod(ctx, podRef(cp)); err != nil {
@@ -132,9 +134,15 @@ func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandbox
 	if ref.cp == nil {
 		return nil
 	}
-	updated := *ref.cp
-	updated.NetworkTornDown = true
-	return ds.putCheckpoint(&updated)
+	ds.mu.Lock()
+	if cur, ok := ds.sandboxes[ref.id]; ok {
+		updated := *cur
+		updated.NetworkTornDown = true
+		ds.sandboxes[ref.id] = &updated
+	}
+	ds.mu.Unlock()
+	ds.bumpLocalState()
+	return nil
 }
 
 // stopContainer stops one container; one already stopped or gone is fine.
