@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -40,13 +41,36 @@ const (
 	loNetworkName   = "cni-loopback"
 	loInterfaceName = "lo"
 
-	defaultSyncPeriod = 5 * time.Second
+	// defaultSyncPeriod is the safety re-read of the conf dir; changes are
+	// seen at once through fsnotify, this only covers a lost event.
+	defaultSyncPeriod = time.Minute
+	// defaultDebounce is how long the conf dir must stay quiet after an
+	// event before it is re-read: a burst of writes (an editor's save, a
+	// ConfigMap's symlink swap) becomes one reload.
+	defaultDebounce = 100 * time.Millisecond
+	// defaultStatusPeriod is how often CNI STATUS is asked again of a
+	// cniVersion >= 1.1.0 network. kubelet polls Status every few seconds;
+	// it is answered from the last STATUS, never by forking plugins.
+	defaultStatusPeriod = 15 * time.Second
+	// defaultGCPeriod is how often CNI GC runs after the one at start-up.
+	defaultGCPeriod = 5 * time.Minute
+	// gcRetryPeriod is how often the start-up GC is retried while the
+	// runtime cannot list its sandboxes yet (before its first sync).
+	gcRetryPeriod = time.Second
+	// firewallRecheckPeriod bounds how often the host's FORWARD policy is
+	// looked at again for an unchanged config (dockerd may start, and set
+	// it to DROP, after netshim).
+	firewallRecheckPeriod = time.Minute
 
-	// defaultOperationTimeout bounds one CNI ADD or DEL when the caller's
-	// context has no deadline of its own: a plugin waiting for an
-	// unreachable datastore would otherwise block the pod forever. The
-	// value is dockershim's.
-	defaultOperationTimeout = 220 * time.Second
+	// DefaultTimeout bounds every CNI call (ADD, DEL, CHECK, GC, STATUS),
+	// also when the caller's context has a later deadline or none: a
+	// plugin waiting for an unreachable datastore must not hold a pod, a
+	// retry or the GC forever. It is generous on purpose: longer than
+	// kubelet's default 2m runtime-request-timeout, so for RPCs kubelet's
+	// own cancellation normally decides, and long enough for the slowest
+	// legitimate plugins (DHCP IPAM waiting for a lease, a busy IPAM
+	// datastore).
+	DefaultTimeout = 3 * time.Minute
 )
 
 // confExtensions are the file name extensions of network configurations,
@@ -65,8 +89,23 @@ type Options struct {
 	// Exec runs plugins; nil means running the binaries. Tests inject a
 	// fake.
 	Exec invoke.Exec
-	// SyncPeriod is how often ConfDir is re-read; 0 means 5s.
+	// SyncPeriod is how often ConfDir is re-read as a safety net beside
+	// fsnotify; 0 means a minute.
 	SyncPeriod time.Duration
+	// Debounce is the quiet time after a conf dir event before the
+	// re-read; 0 means 100ms.
+	Debounce time.Duration
+	// Timeout bounds every CNI call; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// StatusPeriod is how often CNI STATUS is refreshed; 0 means 15s.
+	StatusPeriod time.Duration
+	// GCPeriod is how often CNI GC runs after the start-up one; 0 means
+	// 5 minutes, negative disables GC.
+	GCPeriod time.Duration
+
+	// probeFirewall reads the host's packet filter; nil means the real
+	// one. Tests inject a fake.
+	probeFirewall func(ctx context.Context) (hostFirewall, error)
 }
 
 // Plugin is the CNI network plugin. Create it with NewPlugin.
@@ -77,7 +116,13 @@ type Plugin struct {
 
 	stopOnce sync.Once
 	stopCh   chan struct{}
-	done     chan struct{}
+	loops    sync.WaitGroup // the goroutines Init started
+	// gcMu keeps GC from running while an ADD is in flight: an address
+	// allocated after GC listed the live sandboxes would look stale.
+	// ADDs share it; GC takes it alone.
+	gcMu sync.RWMutex
+	// reloads counts conf dir reads, for tests.
+	reloads atomic.Int64
 
 	mu             sync.RWMutex
 	host           network.Host
@@ -88,6 +133,20 @@ type Plugin struct {
 	loadErr        error
 	lastLoadReport string   // what was last logged about the conf dir, to log changes only
 	podCIDRs       []string // from the pod-cidr-change event; v4 and/or v6
+	// skippedWarn lists the invalid files skipped before the one in use.
+	skippedWarn []string
+	// status is the last CNI STATUS answer, valid for the network it was
+	// asked of only.
+	status statusState
+	// firewallWarn is the FORWARD DROP warning for defaultNetwork, or "".
+	firewallWarn    string
+	firewallChecked time.Time
+}
+
+// statusState is the answer to CNI STATUS for one loaded network.
+type statusState struct {
+	conf *confFile // nil: never asked
+	err  error
 }
 
 // confFile is a loaded network configuration and where it came from.
@@ -103,6 +162,21 @@ var _ network.NetworkPlugin = (*Plugin)(nil)
 func NewPlugin(opts Options) *Plugin {
 	if opts.SyncPeriod <= 0 {
 		opts.SyncPeriod = defaultSyncPeriod
+	}
+	if opts.Debounce <= 0 {
+		opts.Debounce = defaultDebounce
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.StatusPeriod <= 0 {
+		opts.StatusPeriod = defaultStatusPeriod
+	}
+	if opts.GCPeriod == 0 {
+		opts.GCPeriod = defaultGCPeriod
+	}
+	if opts.probeFirewall == nil {
+		opts.probeFirewall = probeHostFirewall
 	}
 	exec := opts.Exec
 	if exec == nil {
@@ -124,7 +198,6 @@ func NewPlugin(opts Options) *Plugin {
 		cni:       libcni.NewCNIConfigWithCacheDir(opts.BinDirs, opts.CacheDir, exec),
 		loNetwork: lo,
 		stopCh:    make(chan struct{}),
-		done:      make(chan struct{}),
 	}
 }
 
@@ -145,9 +218,10 @@ func (p *Plugin) Capabilities() network.Capabilities {
 }
 
 // Init implements network.NetworkPlugin: it loads the configuration and
-// starts re-reading ConfDir every SyncPeriod, so that a network installed
-// after the daemon started (the usual case: the CNI provider runs as a
-// DaemonSet) is picked up without a restart.
+// starts watching ConfDir (fsnotify, plus a re-read every SyncPeriod as a
+// safety net), so that a network installed after the daemon started (the
+// usual case: the CNI provider runs as a DaemonSet) is picked up without a
+// restart. It also starts the CNI STATUS refresh and the GC loop.
 func (p *Plugin) Init(host network.Host, cfg network.PluginConfig) error {
 	if host == nil {
 		return errors.New("cni plugin needs a network host")
@@ -169,44 +243,73 @@ func (p *Plugin) Init(host network.Host, cfg network.PluginConfig) error {
 	p.cfg = cfg
 	p.mu.Unlock()
 
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-p.stopCh
+		cancel()
+	}()
+	// The first load is synchronous: Status is right from the first RPC.
 	p.syncNetworkConfig()
-	go p.syncLoop()
-	klog.InfoS("CNI network plugin initialised", "confDir", p.opts.ConfDir, "binDirs", p.opts.BinDirs, "cacheDir", p.opts.CacheDir)
+	p.loops.Add(2)
+	go func() {
+		defer p.loops.Done()
+		p.confLoop(ctx)
+	}()
+	go func() {
+		defer p.loops.Done()
+		p.gcLoop(ctx)
+	}()
+	klog.InfoS("CNI network plugin initialised", "confDir", p.opts.ConfDir, "binDirs", p.opts.BinDirs, "cacheDir", p.opts.CacheDir,
+		"timeout", p.opts.Timeout, "gcPeriod", p.opts.GCPeriod)
 	return nil
 }
 
-// Stop ends the resync goroutine and waits for it. It is idempotent and
-// may be called without Init.
+// Stop ends the goroutines Init started (cancelling the CNI calls they
+// have in flight) and waits for them. It is idempotent and may be called
+// without Init.
 func (p *Plugin) Stop() {
 	p.stopOnce.Do(func() { close(p.stopCh) })
-	p.mu.RLock()
-	started := p.started
-	p.mu.RUnlock()
-	if started {
-		<-p.done
-	}
-}
-
-func (p *Plugin) syncLoop() {
-	defer close(p.done)
-	t := time.NewTicker(p.opts.SyncPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stopCh:
-			return
-		case <-t.C:
-			p.syncNetworkConfig()
-		}
-	}
+	p.loops.Wait()
 }
 
 // Status implements network.NetworkPlugin: nil once a default network is
-// loaded. The error text is what kubelet shows as the NetworkReady reason,
-// so it says what to fix.
+// loaded and, for a cniVersion >= 1.1.0 network, its plugins answered CNI
+// STATUS without an error. It answers from cached state. The error text
+// is what kubelet shows as the NetworkReady reason, so it says what to
+// fix.
 func (p *Plugin) Status() error {
-	_, err := p.getDefaultNetwork()
-	return err
+	def, err := p.getDefaultNetwork()
+	if err != nil {
+		return err
+	}
+	if !supportsStatus(def.list) {
+		return nil
+	}
+	p.mu.RLock()
+	st := p.status
+	p.mu.RUnlock()
+	if st.conf != def {
+		return fmt.Errorf("waiting for the plugins of CNI network %q (%s) to answer CNI STATUS", def.list.Name, def.path)
+	}
+	if st.err != nil {
+		return fmt.Errorf("CNI network %q (%s) is not ready: %w", def.list.Name, def.path, st.err)
+	}
+	return nil
+}
+
+// Warnings implements network.WarningReporter: what is wrong with the
+// host or the conf dir without keeping pods from being set up.
+func (p *Plugin) Warnings() []string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.defaultNetwork == nil {
+		return nil
+	}
+	var out []string
+	if p.firewallWarn != "" {
+		out = append(out, p.firewallWarn)
+	}
+	return append(out, p.skippedWarn...)
 }
 
 func (p *Plugin) getDefaultNetwork() (*confFile, error) {
@@ -267,11 +370,15 @@ func slicesEqual(a, b []string) bool {
 
 // syncNetworkConfig re-reads ConfDir and swaps the default network. A
 // failed load clears it: a network whose file was removed must stop
-// being used (Status turns not-ready), as in kubelet.
-func (p *Plugin) syncNetworkConfig() {
+// being used (Status turns not-ready), as in kubelet. The error is kept
+// for Status. It returns whether the default network changed (a re-read
+// that finds the same file with the same bytes keeps the loaded one, and
+// with it the STATUS answer and the firewall check).
+func (p *Plugin) syncNetworkConfig() bool {
+	p.reloads.Add(1)
 	loaded, skipped, err := loadDefaultNetwork(p.opts.ConfDir)
 
-	// Log only what changed: this runs every few seconds.
+	// Log only what changed: the safety re-read runs every minute.
 	report := ""
 	if err != nil {
 		report = "error: " + err.Error()
@@ -283,20 +390,25 @@ func (p *Plugin) syncNetworkConfig() {
 	defer p.mu.Unlock()
 	changed := report != p.lastLoadReport
 	p.lastLoadReport = report
-	p.defaultNetwork = loaded
 	p.loadErr = err
 	if !changed {
-		return
+		return false
+	}
+	p.defaultNetwork = loaded
+	p.skippedWarn = nil
+	p.firewallWarn = ""
+	p.firewallChecked = time.Time{}
+	if err != nil {
+		klog.ErrorS(err, "No usable CNI network config: pods cannot be set up until one is valid", "confDir", p.opts.ConfDir)
+		return true
 	}
 	for _, s := range skipped {
-		klog.ErrorS(s, "Skipping unusable CNI network config", "confDir", p.opts.ConfDir)
-	}
-	if err != nil {
-		klog.ErrorS(err, "No usable CNI network config", "confDir", p.opts.ConfDir)
-		return
+		klog.ErrorS(s, "WARNING: invalid CNI network config skipped; a later file is used instead", "confDir", p.opts.ConfDir, "using", loaded.path)
+		p.skippedWarn = append(p.skippedWarn, "invalid CNI config skipped: "+s.Error())
 	}
 	klog.InfoS("Using CNI network config", "path", loaded.path, "network", loaded.list.Name,
 		"cniVersion", loaded.list.CNIVersion, "plugins", pluginTypes(loaded.list))
+	return true
 }
 
 func pluginTypes(list *libcni.NetworkConfigList) []string {
@@ -386,10 +498,8 @@ func singleConfAsList(path string) (*libcni.NetworkConfigList, error) {
 	return libcni.NetworkConfFromBytes(wrapped)
 }
 
-// withTimeout applies defaultOperationTimeout when ctx has no deadline.
-func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, defaultOperationTimeout)
+// withTimeout bounds a CNI call by Options.Timeout on top of ctx's own
+// deadline and cancellation (kubelet's, for an RPC): the earlier wins.
+func (p *Plugin) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, p.opts.Timeout)
 }

@@ -3,6 +3,7 @@ package cni
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,13 +46,16 @@ type fakeExec struct {
 	results map[string]string // plugin type → ADD stdout
 	errs    map[string]error  // "ADD bridge" → error to return
 	missing map[string]bool   // plugin types FindInPath does not find
+	// hook, when set, runs before each invocation is answered (outside
+	// the lock); a non-nil error is the invocation's.
+	hook func(ctx context.Context, c execCall) error
 }
 
 func newFakeExec() *fakeExec {
 	return &fakeExec{results: map[string]string{}, errs: map[string]error{}, missing: map[string]bool{}}
 }
 
-func (f *fakeExec) ExecPlugin(_ context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
+func (f *fakeExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
 	env := map[string]string{}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -70,6 +74,14 @@ func (f *fakeExec) ExecPlugin(_ context.Context, pluginPath string, stdin []byte
 		IfName:      env["CNI_IFNAME"],
 		Args:        env["CNI_ARGS"],
 		Conf:        conf,
+	}
+	f.mu.Lock()
+	hook := f.hook
+	f.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, call); err != nil {
+			return nil, err
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -122,17 +134,45 @@ func (f *fakeExec) Reset() {
 	f.calls = nil
 }
 
-// fakeHost is a network.Host with settable answers.
+// fakeHost is a network.Host (and network.SandboxLister) with settable
+// answers.
 type fakeHost struct {
-	mu      sync.Mutex
-	netns   map[string]string
-	ports   map[string][]network.PortMapping
-	nsErr   error
-	portErr error
+	mu        sync.Mutex
+	netns     map[string]string
+	ports     map[string][]network.PortMapping
+	nsErr     error
+	portErr   error
+	live      []string // ListSandboxes' answer
+	listErr   error
+	listCalls int
+}
+
+func (h *fakeHost) ListSandboxes(context.Context) ([]string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.listCalls++
+	if h.listErr != nil {
+		return nil, h.listErr
+	}
+	return append([]string(nil), h.live...), nil
+}
+
+func (h *fakeHost) setLive(err error, ids ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.live, h.listErr = ids, err
+}
+
+func (h *fakeHost) lists() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.listCalls
 }
 
 func newFakeHost() *fakeHost {
-	return &fakeHost{netns: map[string]string{}, ports: map[string][]network.PortMapping{}}
+	// Like the runtime before its first sync: GC waits until a test says
+	// which sandboxes exist.
+	return &fakeHost{netns: map[string]string{}, ports: map[string][]network.PortMapping{}, listErr: errors.New("not synced yet")}
 }
 
 func (h *fakeHost) GetNetNS(_ context.Context, id string) (string, error) {
@@ -180,3 +220,35 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// callsOf returns the recorded invocations with command cmd, in order.
+func (f *fakeExec) callsOf(cmd string) []execCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []execCall
+	for _, c := range f.calls {
+		if c.Command == cmd {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (f *fakeExec) setErr(key string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		delete(f.errs, key)
+	} else {
+		f.errs[key] = err
+	}
+}
+
+func (f *fakeExec) setHook(h func(ctx context.Context, c execCall) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hook = h
+}
+
+// noFirewall is a host whose packet filter lets bridged traffic through.
+func noFirewall(context.Context) (hostFirewall, error) { return hostFirewall{}, nil }

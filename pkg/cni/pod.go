@@ -61,8 +61,13 @@ func (p *Plugin) SetUpPod(ctx context.Context, pod network.PodRef, annotations m
 		return err
 	}
 
-	ctx, cancel := withTimeout(ctx)
+	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
+
+	// GC must not run between an ADD's allocation and the moment the
+	// runtime lists the sandbox (its checkpoint exists before SetUpPod).
+	p.gcMu.RLock()
+	defer p.gcMu.RUnlock()
 
 	// Loopback and the pod network touch different interfaces, so their
 	// ADDs run side by side: the loopback exec costs nothing on the way.
@@ -135,7 +140,7 @@ func (p *Plugin) TearDownPod(ctx context.Context, pod network.PodRef) error {
 		return err
 	}
 
-	ctx, cancel := withTimeout(ctx)
+	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
 
 	// As for ADD, loopback's DEL runs beside the pod network's. It runs
@@ -255,9 +260,11 @@ func (p *Plugin) cachedNetwork(sandboxID, preferName string) (*libcni.NetworkCon
 }
 
 // GetPodNetworkStatus implements network.NetworkPlugin. The addresses are
-// read from the pod's netns, the source of truth; libcni's cached ADD
-// result is the fallback when the netns is gone, and is also returned as
-// the raw result for verbose status.
+// those of the ADD result (both families, IPv4 first), as libcni cached it
+// for this attachment: that is what the plugins assigned and what
+// teardown will release, and reading it needs no netns entry. The pod's
+// netns is the fallback for a result without pod addresses. The result is
+// also returned raw, for verbose status.
 func (p *Plugin) GetPodNetworkStatus(ctx context.Context, pod network.PodRef) (*network.PodNetworkStatus, error) {
 	host, err := p.getHost()
 	if err != nil {
@@ -272,6 +279,10 @@ func (p *Plugin) GetPodNetworkStatus(ctx context.Context, pod network.PodRef) (*
 	status := &network.PodNetworkStatus{}
 	cachedIPs, raw, cacheErr := p.cachedResult(pod)
 	status.Result = raw
+	if len(cachedIPs) > 0 {
+		status.IPs = cachedIPs
+		return status, nil
+	}
 
 	if netnsPath != "" {
 		ips, err := podIPsInNetNS(netnsPath, podInterfaceName)
@@ -284,11 +295,7 @@ func (p *Plugin) GetPodNetworkStatus(ctx context.Context, pod network.PodRef) (*
 		case !errors.Is(err, errNetNSGone):
 			return nil, fmt.Errorf("reading IP addresses of pod %s: %w", klog.KRef(pod.Namespace, pod.Name), err)
 		}
-		klog.V(4).InfoS("Network namespace is gone; using cached CNI result", "pod", klog.KRef(pod.Namespace, pod.Name), "netns", netnsPath, "err", err)
-	}
-	if len(cachedIPs) > 0 {
-		status.IPs = cachedIPs
-		return status, nil
+		klog.V(4).InfoS("Network namespace is gone", "pod", klog.KRef(pod.Namespace, pod.Name), "netns", netnsPath, "err", err)
 	}
 	if cacheErr != nil {
 		return nil, fmt.Errorf("pod %s has no network namespace and its cached CNI result is unusable: %w", klog.KRef(pod.Namespace, pod.Name), cacheErr)

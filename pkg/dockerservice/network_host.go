@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -36,6 +37,29 @@ func (h *networkHost) GetPodPortMappings(_ context.Context, sandboxID string) ([
 		out = append(out, network.PortMapping{Protocol: pm.Protocol, ContainerPort: pm.ContainerPort, HostPort: pm.HostPort, HostIP: pm.HostIP})
 	}
 	return out, nil
+}
+
+var _ network.SandboxLister = (*networkHost)(nil)
+
+// ListSandboxes returns every sandbox netshim knows, for the network
+// plugin's GC: those with a checkpoint (created by netshim and not yet
+// removed, running or not) and those with an infra container. It fails
+// until the index has been synced once, so that GC never mistakes an empty
+// index for "no sandbox exists".
+func (h *networkHost) ListSandboxes(_ context.Context) ([]string, error) {
+	if err := h.ds.requireSynced(); err != nil {
+		return nil, err
+	}
+	h.ds.mu.Lock()
+	ids := make([]string, 0, len(h.ds.sandboxes))
+	for id := range h.ds.sandboxes {
+		ids = append(ids, id)
+	}
+	h.ds.mu.Unlock()
+	for _, r := range h.ds.store.List(store.KindSandbox) {
+		ids = append(ids, r.ID)
+	}
+	return ids, nil
 }
 
 func netnsPath(running bool, pid int) string {

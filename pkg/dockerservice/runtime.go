@@ -59,6 +59,10 @@ func (ds *DockerService) Status(_ context.Context, _ *runtimeapi.StatusRequest) 
 		networkReady.Status = false
 		networkReady.Reason = "NetworkPluginNotReady"
 		networkReady.Message = fmt.Sprintf("network plugin %s is not ready: %v", ds.network.PluginName(), err)
+	} else if w := ds.network.Warnings(); len(w) > 0 {
+		// Ready, but something the operator must fix (network/optional.go).
+		networkReady.Reason = "NetworkPluginWarning"
+		networkReady.Message = "WARNING: " + strings.Join(w, "; WARNING: ")
 	}
 	return &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeReady, networkReady}},

@@ -8,13 +8,14 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/network"
 )
 
 // PodSandboxStatus reports a sandbox from the state index and its
 // in-memory checkpoint: no Docker call, no file read, no netns entered. A
 // sandbox whose container is gone but whose checkpoint remains is reported
 // NOTREADY, so that kubelet and crictl can still stop and remove it.
-func (ds *DockerService) PodSandboxStatus(_ context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
 	if err := ds.requireSynced(); err != nil {
 		return nil, err
 	}
@@ -51,7 +52,7 @@ func (ds *DockerService) PodSandboxStatus(_ context.Context, r *runtimeapi.PodSa
 	}
 	resp := &runtimeapi.PodSandboxStatusResponse{Status: st}
 	if r.GetVerbose() {
-		info, err := sandboxVerboseInfo(ref)
+		info, err := sandboxVerboseInfo(ref, ds.checkSandboxNetwork(ctx, ref))
 		if err != nil {
 			return nil, err
 		}
@@ -80,14 +81,15 @@ func podIPs(cp *checkpoint.PodSandbox) []string {
 
 // sandboxVerboseInfo is the "info" map of a verbose status: what netshim
 // knows beyond the CRI fields, for people debugging a pod.
-func sandboxVerboseInfo(ref sandboxRef) (map[string]string, error) {
+func sandboxVerboseInfo(ref sandboxRef, check *network.CheckResult) (map[string]string, error) {
 	info := struct {
 		Checkpoint    *checkpoint.PodSandbox `json:"checkpoint,omitempty"`
 		NetworkResult json.RawMessage        `json:"cniResult,omitempty"`
+		NetworkCheck  *network.CheckResult   `json:"networkCheck,omitempty"` // CNI CHECK
 		Image         string                 `json:"image,omitempty"`
 		Pid           int                    `json:"pid,omitempty"`
 		ContainerName string                 `json:"containerName,omitempty"`
-	}{Checkpoint: ref.cp}
+	}{Checkpoint: ref.cp, NetworkCheck: check}
 	if ref.cp != nil {
 		info.NetworkResult = ref.cp.NetworkResult
 	}
@@ -101,4 +103,13 @@ func sandboxVerboseInfo(ref sandboxRef) (map[string]string, error) {
 		return nil, fmt.Errorf("encoding verbose status of pod sandbox %s: %w", ref.id, err)
 	}
 	return map[string]string{"info": string(data)}, nil
+}
+
+// checkSandboxNetwork verifies a running sandbox's network (CNI CHECK) for
+// verbose status; nil when there is nothing to check.
+func (ds *DockerService) checkSandboxNetwork(ctx context.Context, ref sandboxRef) *network.CheckResult {
+	if ref.cp == nil || ref.cp.HostNetwork || ref.cp.NetworkTornDown || ref.rec == nil || !ref.rec.Running() {
+		return nil
+	}
+	return ds.network.CheckPod(ctx, podRef(ref.cp))
 }

@@ -129,3 +129,27 @@ func (pm *PluginManager) GetPodNetworkStatus(ctx context.Context, pod PodRef) (*
 	}
 	return st, nil
 }
+
+// Warnings returns the plugin's warnings (see WarningReporter), or nil.
+func (pm *PluginManager) Warnings() []string {
+	if w, ok := pm.plugin.(WarningReporter); ok {
+		return w.Warnings()
+	}
+	return nil
+}
+
+// CheckPod verifies the pod's network (see PodChecker), serialised with the
+// pod's other operations. It returns nil when the plugin cannot check.
+func (pm *PluginManager) CheckPod(ctx context.Context, pod PodRef) *CheckResult {
+	c, ok := pm.plugin.(PodChecker)
+	if !ok {
+		return nil
+	}
+	unlock, err := pm.lock(ctx, pod.SandboxID)
+	if err != nil {
+		return &CheckResult{Status: CheckFailed, Message: err.Error()}
+	}
+	defer unlock()
+	res := c.CheckPod(ctx, pod)
+	return &res
+}
