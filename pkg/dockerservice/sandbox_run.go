@@ -3,6 +3,7 @@ package dockerservice
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"time"
@@ -129,9 +130,11 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 }
 
 // setUpSandboxNetwork asks the plugin to attach the running infra container
-// (the plugin finds its netns through the index), and records the
-// resulting IPs in the checkpoint so that status never has to enter the
-// netns again.
+// (the plugin finds its netns through the index), and records the IPs of
+// the ADD result, both families, in the checkpoint: status then never has
+// to enter the netns, and the IPs survive a netshim restart. The CNI
+// plugin answers GetPodNetworkStatus from the result libcni cached for
+// this ADD; the netns is only its fallback.
 func (ds *DockerService) setUpSandboxNetwork(ctx context.Context, cp *checkpoint.PodSandbox, cfg *runtimeapi.PodSandboxConfig) error {
 	pod := podRef(cp)
 	var opts network.SetUpOptions
@@ -146,12 +149,33 @@ func (ds *DockerService) setUpSandboxNetwork(ctx context.Context, cp *checkpoint
 		return err
 	}
 	updated := *cp
-	updated.IPs = nil
-	for _, ip := range st.IPs {
-		updated.IPs = append(updated.IPs, ip.String())
-	}
+	updated.IPs = orderPodIPs(st.IPs)
 	updated.NetworkResult = st.Result
 	return ds.putCheckpoint(&updated)
+}
+
+// orderPodIPs returns the pod's addresses as strings, primary first: the
+// first IPv4 address unless there is none, then the other addresses in the
+// plugin's order. Duplicates and nils are dropped.
+func orderPodIPs(ips []net.IP) []string {
+	var v4, v6 []string
+	seen := map[string]bool{}
+	for _, ip := range ips {
+		if ip == nil {
+			continue
+		}
+		s := ip.String()
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
+		if ip.To4() != nil {
+			v4 = append(v4, s)
+		} else {
+			v6 = append(v6, s)
+		}
+	}
+	return append(v4, v6...)
 }
 
 // undoRunPodSandbox removes what a failed RunPodSandbox created. It runs on

@@ -81,6 +81,9 @@ type DockerService struct {
 	// dockerVersion is the engine's version, read when the events stream
 	// connects.
 	dockerVersion string
+	// startupTearDown starts the teardown retry of dead sandboxes after
+	// the first index sync (sandbox_teardown_retry.go).
+	startupTearDown sync.Once
 }
 
 // NewDockerService builds the service: it loads the checkpoints, then

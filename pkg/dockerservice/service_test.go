@@ -422,8 +422,12 @@ func TestStopPodSandboxAfterContainerRemovedAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startService(t, ds)
 	plugin.ips[id] = net.IPv4(10, 0, 0, 1)
+	// The start-up retry frees the IP by itself, from the checkpoint
+	// (sandbox_teardown_retry_test.go tests it); what follows checks that
+	// Stop and Remove still work on such a sandbox.
+	startService(t, ds)
+	eventually(t, "the start-up retry to release the IP", func() bool { return plugin.held() == 0 })
 
 	list, err := ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{})
 	if err != nil || len(list.Items) != 1 || list.Items[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || list.Items[0].Metadata.Name != "gone" {
@@ -435,8 +439,11 @@ func TestStopPodSandboxAfterContainerRemovedAndRestart(t *testing.T) {
 	if _, err := ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
 		t.Fatal(err)
 	}
-	if plugin.netnsAtDown != "" || len(plugin.portsAtDown) != 1 {
-		t.Errorf("teardown from checkpoint: netns %q ports %+v", plugin.netnsAtDown, plugin.portsAtDown)
+	plugin.mu.Lock()
+	netnsAtDown, portsAtDown := plugin.netnsAtDown, plugin.portsAtDown
+	plugin.mu.Unlock()
+	if netnsAtDown != "" || len(portsAtDown) != 1 {
+		t.Errorf("teardown from checkpoint: netns %q ports %+v", netnsAtDown, portsAtDown)
 	}
 	if plugin.held() != 0 {
 		t.Error("IP not released")

@@ -90,6 +90,9 @@ func (ds *DockerService) watch(ctx context.Context, first chan struct{}) {
 			ds.health.set(true, "")
 			klog.InfoS("Docker state index synced", "containers", ds.store.Len())
 			go ds.resumeContainerLogs(streamCtx)
+			// Once the index is known, free what dead sandboxes still
+			// hold (sandbox_teardown_retry.go).
+			ds.startupTearDown.Do(func() { go ds.retryPendingTearDowns(ctx) })
 			delay = reconnectMinDelay
 			signalFirst()
 			err = ds.consumeEvents(streamCtx, msgs, errs)
