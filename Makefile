@@ -69,16 +69,20 @@ staticcheck:
 	fi
 
 ## e2e: end-to-end tests against a real dockerd and the Debian CNI plugins (root)
-# dockerd is stopped afterwards (also on failure) if this target started it; the exit
-# status is the tests'.
+# dockerd is stopped afterwards (also on failure) if this target started it. The leak
+# audit (test/e2e/leak-audit.sh) runs after the tests, also when they failed; the target
+# fails if either does.
 e2e:
 	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e: must run as root" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory deps build crictl
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	hack/dockerd.sh start; \
 	hack/images.sh; \
-	NETSHIM_BIN=$(OUT)/netshim CRICTL_BIN=$(OUT)/crictl CNI_BIN_DIR=/usr/lib/cni \
-		$(GO) test -race -count=1 -tags e2e -v -timeout 20m ./test/e2e/...
+	hack/cni-plugins.sh; \
+	NETSHIM_BIN=$(OUT)/netshim CRICTL_BIN=$(OUT)/crictl CNI_BIN_DIR=/usr/lib/cni CNI_V11_BIN_DIR=$(OUT)/cni-1.9.1 \
+		$(GO) test -race -count=1 -tags e2e -v -timeout 20m ./test/e2e/... || rc=$$?; \
+	test/e2e/leak-audit.sh --e2e-tmp || rc=1; \
+	exit $${rc:-0}
 
 ## e2e-kubelet: a real kubelet v1.36 (built from the module proxy into _output/kubelet) runs a
 # static pod on netshim; prints PASS/FAIL per check and a summary line last (root)
@@ -98,14 +102,16 @@ test:
 	exit $$failed
 
 ## run: start netshim in the foreground on unix:///run/netshim/netshim.sock (root)
-# Writes the dev default CNI network to /etc/cni/net.d only if that holds no config.
+# Zero-config: the built-in kubenet network (bridge cbr0) over RUN_POD_CIDR; no CNI
+# config file is read or written. (hack/cni-config.sh writes a dev config for
+# --network-plugin=cni; its 10.88.0.0/16 is why RUN_POD_CIDR differs.)
+RUN_POD_CIDR ?= 10.89.0.0/16
 run:
 	@if [[ $$(id -u) -ne 0 ]]; then echo "run: must run as root" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory deps build
 	@hack/dockerd.sh start
 	@hack/images.sh
-	@hack/cni-config.sh /etc/cni/net.d
-	exec $(OUT)/netshim --network-plugin=cni --cni-bin-dir=/opt/cni/bin,/usr/lib/cni -v=2
+	exec $(OUT)/netshim --network-plugin=kubenet --pod-cidr=$(RUN_POD_CIDR) --cni-bin-dir=/opt/cni/bin,/usr/lib/cni -v=2
 
 ## bench: netshim vs the Docker+CNI floor; prints the table, also in _output/bench.md (root)
 bench:

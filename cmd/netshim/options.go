@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/cni"
+	"github.com/netshim/netshim/pkg/kubenet"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/streaming"
 )
@@ -24,9 +26,15 @@ type options struct {
 	cniBinDir           string
 	cniConfDir          string
 	cniCacheDir         string
+	cniTimeout          time.Duration
+	cniGCPeriod         time.Duration
 	podInfraImage       string
 	mtu                 int
 	hairpinMode         string
+	podCIDR             string
+	nonMasqueradeCIDR   string
+	kubenetBridge       string
+	kubenetIPAMDir      string
 	restrictOOMScoreAdj string
 	stopTimeout         time.Duration
 	shutdownTimeout     time.Duration
@@ -42,8 +50,12 @@ func defaultOptions() *options {
 		cniBinDir:           "/opt/cni/bin,/usr/lib/cni",
 		cniConfDir:          "/etc/cni/net.d",
 		cniCacheDir:         "/var/lib/cni/cache",
+		cniTimeout:          cni.DefaultTimeout,
+		cniGCPeriod:         5 * time.Minute,
 		podInfraImage:       "registry.k8s.io/pause:3.10",
 		hairpinMode:         string(network.DefaultHairpinMode),
+		nonMasqueradeCIDR:   kubenet.DefaultNonMasqueradeCIDR,
+		kubenetBridge:       kubenet.DefaultBridge,
 		restrictOOMScoreAdj: "auto",
 		stopTimeout:         10 * time.Second,
 		shutdownTimeout:     10 * time.Second,
@@ -55,13 +67,22 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", o.listen, "CRI endpoint to serve, as unix://PATH. The socket is created mode 0660, its directory if missing; a stale socket left by a crash is replaced.")
 	fs.StringVar(&o.dockerEndpoint, "docker-endpoint", o.dockerEndpoint, "Docker engine endpoint. The API version is negotiated, so any engine from API 1.41 (Docker 20.10) on works.")
 	fs.StringVar(&o.rootDir, "root-dir", o.rootDir, "Directory for netshim's state: sandbox checkpoints live in ROOT/sandbox.")
-	fs.StringVar(&o.networkPlugin, "network-plugin", o.networkPlugin, "Pod network plugin: \"cni\" (the default network from --cni-conf-dir) or \"none\" (pods get loopback only).")
+	fs.StringVar(&o.networkPlugin, "network-plugin", o.networkPlugin, "Pod network plugin: \"cni\" (the default network from --cni-conf-dir), \"kubenet\" (a built-in bridge network over --pod-cidr, no config file) or \"none\" (pods get loopback only).")
 	fs.StringVar(&o.cniBinDir, "cni-bin-dir", o.cniBinDir, "Comma-separated list of directories searched, in order, for CNI plugin binaries.")
-	fs.StringVar(&o.cniConfDir, "cni-conf-dir", o.cniConfDir, "Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is the default network. Re-read periodically, so a config added later needs no restart.")
+	fs.StringVar(&o.cniConfDir, "cni-conf-dir", o.cniConfDir, "Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is the default network. Watched (fsnotify), so a config added, changed or removed later takes effect within a fraction of a second, without a restart.")
 	fs.StringVar(&o.cniCacheDir, "cni-cache-dir", o.cniCacheDir, "Directory where libcni caches each attachment's config and result; teardown uses it to release exactly what setup took.")
+	fs.DurationVar(&o.cniTimeout, "cni-timeout", o.cniTimeout, "Deadline of every CNI plugin call (ADD, DEL, CHECK, GC, STATUS), on top of kubelet's own cancellation of the RPC: a plugin that blocks (e.g. on an unreachable datastore) fails the call instead of holding the pod.")
+	fs.DurationVar(&o.cniGCPeriod, "cni-gc-period", o.cniGCPeriod, "How often CNI GC frees what plugins hold for sandboxes that no longer exist (it also runs at start-up); 0 disables it.")
+	_ = fs.MarkHidden("cni-gc-period")
 	fs.StringVar(&o.podInfraImage, "pod-infra-container-image", o.podInfraImage, "Image of the pod infra (\"pause\") container that holds each pod's namespaces. Pulled only if missing.")
-	fs.IntVar(&o.mtu, "mtu", o.mtu, "MTU of pod interfaces for plugins that set it; 0 lets the plugin decide.")
+	fs.IntVar(&o.mtu, "mtu", o.mtu, "MTU of pod interfaces for plugins that set it; 0 lets the plugin decide (kubenet: the MTU of the default route's link).")
 	fs.StringVar(&o.hairpinMode, "hairpin-mode", o.hairpinMode, "How a pod reaches itself through a service: \"hairpin-veth\", \"promiscuous-bridge\" or \"none\".")
+	fs.StringVar(&o.podCIDR, "pod-cidr", o.podCIDR, "kubenet: the node's pod CIDR, one or a comma-separated IPv4,IPv6 pair for dual-stack. Empty waits for kubelet to send it (UpdateRuntimeConfig); once set it is kept until restart.")
+	fs.StringVar(&o.nonMasqueradeCIDR, "non-masquerade-cidr", o.nonMasqueradeCIDR, "kubenet: traffic from pods to destinations outside these CIDRs (comma-separated, either family) and outside the pod CIDR is masqueraded. 0.0.0.0/0 turns IPv4 masquerading off.")
+	fs.StringVar(&o.kubenetBridge, "kubenet-bridge", o.kubenetBridge, "kubenet: name of the pods' bridge (for tests).")
+	fs.StringVar(&o.kubenetIPAMDir, "kubenet-ipam-dir", o.kubenetIPAMDir, "kubenet: host-local's store directory; empty means host-local's default /var/lib/cni/networks (for tests).")
+	_ = fs.MarkHidden("kubenet-bridge")
+	_ = fs.MarkHidden("kubenet-ipam-dir")
 	fs.StringVar(&o.restrictOOMScoreAdj, "restrict-oom-score-adj", o.restrictOOMScoreAdj, "Clamp negative oom_score_adj values (kubelet asks -998 for sandboxes) to netshim's own: \"auto\" when netshim lacks CAP_SYS_RESOURCE (runc would fail the start), \"true\" always, \"false\" never.")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", o.stopTimeout, "Grace period given to a sandbox's containers when the sandbox is stopped.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "On SIGTERM/SIGINT, how long in-flight RPCs may run before the server stops hard.")
@@ -81,6 +102,23 @@ func (o *options) validate() error {
 	case network.HairpinVeth, network.PromiscuousBridge, network.HairpinNone:
 	default:
 		return fmt.Errorf("--hairpin-mode %q: want hairpin-veth, promiscuous-bridge or none", o.hairpinMode)
+	}
+	if o.podCIDR != "" {
+		if _, err := kubenet.ParseCIDRs(o.podCIDR); err != nil {
+			return fmt.Errorf("--pod-cidr: %w", err)
+		}
+	}
+	if _, err := kubenet.ParseNonMasqCIDRs(o.nonMasqueradeCIDR); err != nil {
+		return fmt.Errorf("--non-masquerade-cidr: %w", err)
+	}
+	if n := len(o.kubenetBridge); n == 0 || n > 15 || strings.ContainsAny(o.kubenetBridge, " /:") {
+		return fmt.Errorf("--kubenet-bridge %q: want an interface name of 1 to 15 characters", o.kubenetBridge)
+	}
+	if o.cniTimeout <= 0 {
+		return fmt.Errorf("--cni-timeout %s: must be positive", o.cniTimeout)
+	}
+	if o.cniGCPeriod < 0 {
+		return fmt.Errorf("--cni-gc-period %s: must not be negative", o.cniGCPeriod)
 	}
 	if o.mtu < 0 {
 		return fmt.Errorf("--mtu %d: must not be negative", o.mtu)

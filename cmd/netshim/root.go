@@ -16,6 +16,7 @@ import (
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/cni"
 	"github.com/netshim/netshim/pkg/dockerservice"
+	"github.com/netshim/netshim/pkg/kubenet"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/streaming"
 	"github.com/netshim/netshim/pkg/version"
@@ -75,6 +76,16 @@ func run(ctx context.Context, opts *options) error {
 			ConfDir:  opts.cniConfDir,
 			BinDirs:  network.SplitDirs(opts.cniBinDir),
 			CacheDir: opts.cniCacheDir,
+			Timeout:  opts.cniTimeout,
+			GCPeriod: gcPeriod(opts.cniGCPeriod),
+		}),
+		kubenet.NewPlugin(kubenet.Options{
+			BinDirs:     network.SplitDirs(opts.cniBinDir),
+			CacheDir:    opts.cniCacheDir,
+			PodCIDR:     opts.podCIDR,
+			Bridge:      opts.kubenetBridge,
+			IPAMDataDir: opts.kubenetIPAMDir,
+			Timeout:     opts.cniTimeout,
 		}),
 	}
 	ds, err := dockerservice.NewDockerService(dockerservice.Config{
@@ -82,8 +93,9 @@ func run(ctx context.Context, opts *options) error {
 		OOMScoreAdjFloor:  oomFloor,
 		NetworkPluginName: opts.networkPlugin,
 		Network: network.PluginConfig{
-			HairpinMode: network.HairpinMode(opts.hairpinMode),
-			MTU:         opts.mtu,
+			HairpinMode:       network.HairpinMode(opts.hairpinMode),
+			NonMasqueradeCIDR: opts.nonMasqueradeCIDR,
+			MTU:               opts.mtu,
 		},
 		StopTimeout: opts.stopTimeout,
 	}, client, checkpoints, plugins)
@@ -149,4 +161,13 @@ func shutdownGracefully(srv *grpc.Server, timeout time.Duration) {
 		klog.InfoS("Graceful shutdown timed out; stopping hard")
 		srv.Stop()
 	}
+}
+
+// gcPeriod maps --cni-gc-period (0: off) to cni.Options.GCPeriod (0:
+// default, negative: off).
+func gcPeriod(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -144,6 +144,7 @@ type env struct {
 	crictlCf string
 
 	dockerEndpoint string
+	extraFlags     []string
 
 	daemon *daemon
 	conn   *grpc.ClientConn
@@ -158,6 +159,9 @@ type envOptions struct {
 	// dockerEndpoint, when set, points netshim at another engine than
 	// the host's (a private dockerd the test may stop and restart).
 	dockerEndpoint string
+	// extraFlags are appended to netshim's command line (e.g.
+	// --network-plugin=kubenet).
+	extraFlags []string
 }
 
 // newEnv reserves a network slot, writes the CNI config and registers the
@@ -184,6 +188,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		crictlCf: filepath.Join(dir, "crictl.yaml"),
 
 		dockerEndpoint: opts.dockerEndpoint,
+		extraFlags:     opts.extraFlags,
 	}
 	if len(e.sock) > 100 {
 		os.RemoveAll(dir)
@@ -314,6 +319,7 @@ func (e *env) start() {
 	if e.dockerEndpoint != "" {
 		args = append(args, "--docker-endpoint", e.dockerEndpoint)
 	}
+	args = append(args, e.extraFlags...)
 	cmd := exec.Command(e.cfg.netshim, args...)
 	cmd.Stdout = f
 	cmd.Stderr = f
