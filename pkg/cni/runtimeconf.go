@@ -1,9 +1,7 @@
 package cni
 
 import (
-	"fmt"
 	"math"
-	"net"
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
@@ -143,30 +141,15 @@ func buildRuntimeConf(in runtimeConfInput) (*libcni.RuntimeConf, error) {
 }
 
 // parsePodCIDRs validates a pod CIDR as sent with the pod-cidr-change
-// event: one CIDR, or a comma-separated pair of different families. The
-// CIDRs are returned in network form ("10.244.1.0/24").
+// event and returns its ranges as strings, IPv4 first.
 func parsePodCIDRs(s string) ([]string, error) {
-	var out []string
-	seenV4, seenV6 := false, false
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		_, ipnet, err := net.ParseCIDR(part)
-		if err != nil {
-			return nil, fmt.Errorf("invalid pod CIDR %q: %w", part, err)
-		}
-		isV4 := ipnet.IP.To4() != nil
-		if (isV4 && seenV4) || (!isV4 && seenV6) {
-			return nil, fmt.Errorf("invalid pod CIDR %q: more than one CIDR of the same IP family", s)
-		}
-		seenV4 = seenV4 || isV4
-		seenV6 = seenV6 || !isV4
-		out = append(out, ipnet.String())
+	nets, err := network.ParsePodCIDRs(s)
+	if err != nil {
+		return nil, err
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("invalid pod CIDR %q: empty", s)
+	out := make([]string, len(nets))
+	for i, n := range nets {
+		out[i] = n.String()
 	}
 	return out, nil
 }

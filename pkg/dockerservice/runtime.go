@@ -3,7 +3,6 @@ package dockerservice
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -84,10 +83,8 @@ func (ds *DockerService) UpdateRuntimeConfig(_ context.Context, r *runtimeapi.Up
 	if cidr == "" {
 		return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
 	}
-	for _, c := range strings.Split(cidr, ",") {
-		if _, _, err := net.ParseCIDR(strings.TrimSpace(c)); err != nil {
-			return nil, invalidArgf("pod CIDR %q: %v", cidr, err)
-		}
+	if _, err := network.ParsePodCIDRs(cidr); err != nil {
+		return nil, invalidArgf("%v", err)
 	}
 	klog.InfoS("Pod CIDR updated", "podCIDR", cidr)
 	ds.network.Event(network.NetPluginEventPodCIDRChange, map[string]any{network.NetPluginEventPodCIDRKey: cidr})

@@ -29,41 +29,13 @@ type netConfig struct {
 	IPAMDataDir string // "" : host-local's default
 }
 
-// ParseCIDRs parses a comma-separated list of at most one CIDR per IP
-// family (a pod CIDR, possibly dual-stack) and returns it IPv4 first, in
-// network form.
+// ParseCIDRs parses a pod CIDR (possibly a dual-stack pair, see
+// network.ParsePodCIDRs) and checks each range can hold the bridge's
+// gateway and at least one pod.
 func ParseCIDRs(s string) ([]*net.IPNet, error) {
-	var v4, v6 *net.IPNet
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		_, ipnet, err := net.ParseCIDR(part)
-		if err != nil {
-			return nil, fmt.Errorf("invalid CIDR %q: %w", part, err)
-		}
-		if ipnet.IP.To4() != nil {
-			if v4 != nil {
-				return nil, fmt.Errorf("invalid pod CIDR %q: more than one IPv4 CIDR", s)
-			}
-			ipnet.IP = ipnet.IP.To4()
-			v4 = ipnet
-		} else {
-			if v6 != nil {
-				return nil, fmt.Errorf("invalid pod CIDR %q: more than one IPv6 CIDR", s)
-			}
-			v6 = ipnet
-		}
-	}
-	var out []*net.IPNet
-	for _, n := range []*net.IPNet{v4, v6} {
-		if n != nil {
-			out = append(out, n)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("invalid pod CIDR %q: empty", s)
+	out, err := network.ParsePodCIDRs(s)
+	if err != nil {
+		return nil, err
 	}
 	for _, n := range out {
 		if ones, bits := n.Mask.Size(); bits-ones < 2 {
