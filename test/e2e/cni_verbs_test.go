@@ -237,17 +237,12 @@ type networkCheck struct {
 
 func (e *env) networkCheck(id string) networkCheck {
 	e.t.Helper()
-	ctx, cancel := e.rpcCtx()
-	defer cancel()
-	resp, err := e.client.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
-	if err != nil {
-		e.t.Fatalf("verbose PodSandboxStatus %s: %v", id, err)
-	}
 	var info struct {
 		Check *networkCheck `json:"networkCheck"`
 	}
-	if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil || info.Check == nil {
-		e.t.Fatalf("verbose status of %s has no networkCheck (%v): %s", id, err, resp.Info["info"])
+	e.verboseInfo(id, &info)
+	if info.Check == nil {
+		e.t.Fatalf("verbose status of %s has no networkCheck", id)
 	}
 	return *info.Check
 }

@@ -857,3 +857,30 @@ func parallel(n int, f func(i int)) {
 	}
 	wg.Wait()
 }
+
+// runPodsParallel runs n pods named <prefix>-NN at once through the CRI
+// and returns their sandbox IDs in order; any failure fails the test.
+func (e *env) runPodsParallel(prefix string, n int) []string {
+	e.t.Helper()
+	ids := make([]string, n)
+	errs := make([]error, n)
+	parallel(n, func(i int) {
+		ctx, cancel := e.rpcCtx()
+		defer cancel()
+		resp, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: e.podConfig(fmt.Sprintf("%s-%02d", prefix, i))})
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		ids[i] = resp.PodSandboxId
+	})
+	for i, err := range errs {
+		if err != nil {
+			e.t.Errorf("RunPodSandbox %s-%02d: %v", prefix, i, err)
+		}
+	}
+	if e.t.Failed() {
+		e.t.FailNow()
+	}
+	return ids
+}

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -129,29 +128,13 @@ func (e *env) kubenetStore() map[string]string {
 	return store
 }
 
-// kubenetPodIPs returns the pod's IPs as `crictl inspectp` shows them.
+// kubenetPodIPs returns the pod's IPs as `crictl inspectp` shows them,
+// failing the test if it has none.
 func (e *env) kubenetPodIPs(id string) []string {
 	e.t.Helper()
-	out := e.mustCrictl("inspectp", "-o", "json", id)
-	var v struct {
-		Status struct {
-			Network *struct {
-				IP            string `json:"ip"`
-				AdditionalIPs []struct {
-					IP string `json:"ip"`
-				} `json:"additionalIps"`
-			} `json:"network"`
-		} `json:"status"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		e.t.Fatalf("parsing crictl inspectp output: %v\n%s", err, out)
-	}
-	if v.Status.Network == nil || v.Status.Network.IP == "" {
-		e.t.Fatalf("crictl inspectp %s: no pod IP\n%s", id, out)
-	}
-	ips := []string{v.Status.Network.IP}
-	for _, a := range v.Status.Network.AdditionalIPs {
-		ips = append(ips, a.IP)
+	ips := e.podIPs(id)
+	if len(ips) == 0 {
+		e.t.Fatalf("crictl inspectp %s: no pod IP", id)
 	}
 	return ips
 }

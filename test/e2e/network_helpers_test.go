@@ -109,19 +109,25 @@ type verboseResult struct {
 
 func (e *env) verboseResult(id string) verboseResult {
 	e.t.Helper()
+	var info struct {
+		Result verboseResult `json:"cniResult"`
+	}
+	e.verboseInfo(id, &info)
+	return info.Result
+}
+
+// verboseInfo decodes the "info" JSON of a verbose PodSandboxStatus into v.
+func (e *env) verboseInfo(id string, v any) {
+	e.t.Helper()
 	ctx, cancel := e.rpcCtx()
 	defer cancel()
 	resp, err := e.client.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
 	if err != nil {
 		e.t.Fatalf("verbose PodSandboxStatus %s: %v", id, err)
 	}
-	var info struct {
-		Result verboseResult `json:"cniResult"`
-	}
-	if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil {
+	if err := json.Unmarshal([]byte(resp.Info["info"]), v); err != nil {
 		e.t.Fatalf("parsing verbose status info of %s: %v\n%s", id, err, resp.Info["info"])
 	}
-	return info.Result
 }
 
 // hostVeth is the host end of the pod's veth, from the CNI result: the

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -23,23 +22,7 @@ func TestNetworkRestartKeepsPodIPs(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.start()
 
-	ids := make([]string, n)
-	errs := make([]error, n)
-	parallel(n, func(i int) {
-		ctx, cancel := e.rpcCtx()
-		defer cancel()
-		resp, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: e.podConfig(fmt.Sprintf("keep-%02d", i))})
-		if err != nil {
-			errs[i] = err
-			return
-		}
-		ids[i] = resp.PodSandboxId
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("RunPodSandbox keep-%02d: %v", i, err)
-		}
-	}
+	ids := e.runPodsParallel("keep", n)
 	want := map[string]string{} // sandbox → primary IP
 	for _, id := range ids {
 		ips := e.podIPs(id)

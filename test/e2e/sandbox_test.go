@@ -200,26 +200,7 @@ func TestParallelPodSandboxes(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.start()
 
-	ids := make([]string, n)
-	errs := make([]error, n)
-	parallel(n, func(i int) {
-		ctx, cancel := e.rpcCtx()
-		defer cancel()
-		resp, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: e.podConfig(fmt.Sprintf("par-%02d", i))})
-		if err != nil {
-			errs[i] = err
-			return
-		}
-		ids[i] = resp.PodSandboxId
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("RunPodSandbox par-%02d: %v", i, err)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
+	ids := e.runPodsParallel("par", n)
 
 	byIP := map[string]string{}
 	for i, id := range ids {
@@ -248,6 +229,7 @@ func TestParallelPodSandboxes(t *testing.T) {
 	}
 	t.Logf("%d pods, IPs %v", n, slices.Sorted(maps.Keys(byIP)))
 
+	errs := make([]error, n)
 	parallel(n, func(i int) {
 		ctx, cancel := e.rpcCtx()
 		defer cancel()
