@@ -64,7 +64,7 @@ lint: staticcheck
 
 # staticcheck: install the pinned staticcheck into _output/bin unless it is there already
 staticcheck:
-	@if ! { [[ -x $(STATICCHECK) ]] && $(STATICCHECK) -version 2>/dev/null | grep -qF "($(STATICCHECK_VERSION))"; }; then \
+	@if ! { [[ -x $(STATICCHECK) ]] && $(STATICCHECK) -version 2>/dev/null | grep -F "($(STATICCHECK_VERSION))" >/dev/null; }; then \
 		GOBIN=$(OUT)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v$(STATICCHECK_VERSION); \
 	fi
 

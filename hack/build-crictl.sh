@@ -34,7 +34,10 @@ quietly() {
 has_version() {
   local bin=$1
   shift
-  [[ -x "$bin" ]] && "$bin" "$@" 2>/dev/null | grep -qF -- "$CRI_TOOLS_VERSION"
+  # No `| grep -q`: under pipefail, grep quitting early can kill the
+  # writer with SIGPIPE and fail the check.
+  local out
+  [[ -x "$bin" ]] && out=$("$bin" "$@" 2>/dev/null) && [[ "$out" == *"$CRI_TOOLS_VERSION"* ]]
 }
 
 fetch_source() {

@@ -196,7 +196,7 @@ teardown() {
     ip link del "$BRIDGE" || echo "conformance: cleanup: ip link del $BRIDGE failed" >&2
   fi
   # Rules the CNI firewall/portmap plugins left for pods that were not torn down.
-  if iptables-save 2>/dev/null | grep -qF -- "${SUBNET%.0.0/16}."; then
+  if iptables-save 2>/dev/null | grep -F -- "${SUBNET%.0.0/16}." >/dev/null; then
     echo "conformance: warning: iptables rules for $SUBNET are left (pods not torn down by netshim)" >&2
   fi
   [[ -n "$TMP" ]] && rm -rf "$TMP"
@@ -301,11 +301,11 @@ SOCK="$TMP/netshim.sock"
 
 # critest's specs bind these host ports (hostPort, port-forward, host network).
 for port in 12000 12001 12002 12003; do
-  if ss -Hltn "sport = :$port" | grep -q .; then
+  if ss -Hltn "sport = :$port" | grep . >/dev/null; then
     die "host port $port, which critest uses, is in use: $(ss -Hltnp "sport = :$port" | head -n 1)"
   fi
 done
-if ss -Hltn "sport = :$REGISTRY_PORT" | grep -q .; then
+if ss -Hltn "sport = :$REGISTRY_PORT" | grep . >/dev/null; then
   die "port $REGISTRY_PORT is in use (REGISTRY_PORT picks another): $(ss -Hltnp "sport = :$REGISTRY_PORT" | head -n 3)"
 fi
 mkdir -p "$TMP/registry"

@@ -120,7 +120,7 @@ fetch_busybox() {
   rm -rf "$OUT/busybox-deb"
   dpkg-deb -x "$deb" "$OUT/busybox-deb" || die "dpkg-deb -x $deb failed"
   [[ -x "$OUT/busybox-deb/bin/busybox" ]] || die "$deb holds no bin/busybox"
-  if ! LC_ALL=C readelf -l "$OUT/busybox-deb/bin/busybox" | grep -q 'program interpreter'; then
+  if ! LC_ALL=C readelf -l "$OUT/busybox-deb/bin/busybox" | grep 'program interpreter' >/dev/null; then
     die "the busybox in $deb is static: the images need Debian's dynamic busybox package"
   fi
 }
@@ -469,7 +469,7 @@ verify_httpd() {
   echo "$img"
   run_bg "$c" "$img"
   for _ in $(seq 50); do
-    docker logs "$c" 2>&1 | grep -q httpd && break
+    docker logs "$c" 2>&1 | grep httpd >/dev/null && break
     sleep 0.2
   done
   expect "log names httpd" "$(docker logs "$c" 2>&1)" "httpd"

@@ -122,7 +122,7 @@ recover_leftovers() {
   for name in kubelet netshim dockerd; do
     pid=$(awk -v n="$name" '$1 == "pid" && $2 == n { print $3 }' "$STATE")
     if [[ -z "$pid" || -z "$oldtmp" ]] || ! running "$pid"; then continue; fi
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$oldtmp" || continue
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F "$oldtmp" >/dev/null || continue
     log "stopping the earlier run's $name (PID $pid)"
     stop_pid "$pid" "$name" 45 || true
   done
@@ -176,7 +176,7 @@ for d in "$POD_LOGS_DIR/${NAMESPACE}_"*; do
 done
 for l in "$CONTAINER_LOGS_DIR/"*"_${NAMESPACE}_"*.log; do rm -f "$l"; done
 shopt -u nullglob
-if ss -Hltn "sport = :$KUBELET_PORT or sport = :$KUBELET_HEALTHZ_PORT or sport = :$HOST_PORT" | grep -q .; then
+if ss -Hltn "sport = :$KUBELET_PORT or sport = :$KUBELET_HEALTHZ_PORT or sport = :$HOST_PORT" | grep . >/dev/null; then
   die "port $KUBELET_PORT, $KUBELET_HEALTHZ_PORT or $HOST_PORT is in use (a kubelet still running?)"
 fi
 # Routes that contain the subnet (but the default one) or lie inside it.
@@ -189,7 +189,7 @@ $(find "$POD_LOGS_DIR" -mindepth 1 -maxdepth 1 -printf '%f\n' | head -n 20)
 remove them or set E2E_KUBELET_POD_LOGS_DIR to another directory"
 fi
 # kubelet's device plugin socket is not under --root-dir: the path is fixed.
-if [[ -S "$DEVICE_PLUGIN_DIR/kubelet.sock" ]] && ss -Hxl | grep -qF "$DEVICE_PLUGIN_DIR/kubelet.sock"; then
+if [[ -S "$DEVICE_PLUGIN_DIR/kubelet.sock" ]] && ss -Hxl | grep -F "$DEVICE_PLUGIN_DIR/kubelet.sock" >/dev/null; then
   die "a kubelet serves $DEVICE_PLUGIN_DIR/kubelet.sock already; this test's kubelet would take it over"
 fi
 rm -f "$DEVICE_PLUGIN_DIR/kubelet.sock"

@@ -97,7 +97,7 @@ GROUP
 
 # file_is_static BIN: BIN has no ELF program interpreter, i.e. needs no ld.so.
 file_is_static() {
-  ! LC_ALL=C readelf -l "$1" 2>/dev/null | grep -q 'program interpreter'
+  ! LC_ALL=C readelf -l "$1" 2>/dev/null | grep 'program interpreter' >/dev/null
 }
 
 build_pause

@@ -280,8 +280,14 @@ func TestCNIV11GCFreesIPsOfVanishedSandboxes(t *testing.T) {
 	if e.ipamStore()[ips["live"]] != ids["live"] {
 		t.Fatalf("GC freed the live pod's IP %s: store %v", ips["live"], e.ipamStore())
 	}
-	if files, _ := filepath.Glob(filepath.Join(e.cacheDir, "results", "*-"+ids["gone"]+"-*")); len(files) != 0 {
-		t.Errorf("libcni cache entries of the vanished sandbox remain: %v", files)
+	// libcni drops its cache entry after the last plugin's DEL, a moment
+	// after host-local has released the address.
+	cacheGone := func() bool {
+		files, _ := filepath.Glob(filepath.Join(e.cacheDir, "results", "*-"+ids["gone"]+"-*"))
+		return len(files) == 0
+	}
+	if !poll(5*time.Second, cacheGone) {
+		t.Errorf("libcni cache entries of the vanished sandbox remain")
 	}
 
 	// The periodic pass, with netshim running: an attachment of a sandbox
@@ -293,8 +299,8 @@ func TestCNIV11GCFreesIPsOfVanishedSandboxes(t *testing.T) {
 	fakeID := strings.Repeat("ab", 32)
 	stray := fmt.Sprintf("10.123.%d.200", e.slot)
 	entry := filepath.Join(e.cacheDir, "results", e.bridge+"-"+ids["live"]+"-eth0")
-	data := strings.ReplaceAll(strings.ReplaceAll(readFile(t, entry), ids["live"], fakeID), ips["live"]+"/", stray+"/")
-	if err := os.WriteFile(filepath.Join(e.cacheDir, "results", e.bridge+"-"+fakeID+"-eth0"), []byte(data), 0o600); err != nil {
+	data := strayAttachment(t, readFile(t, entry), ids["live"], fakeID, ips["live"], stray)
+	if err := os.WriteFile(filepath.Join(e.cacheDir, "results", e.bridge+"-"+fakeID+"-eth0"), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(e.ipamStoreDir(), stray), []byte(fakeID+"\r\neth0"), 0o644); err != nil {
@@ -311,6 +317,34 @@ func TestCNIV11GCFreesIPsOfVanishedSandboxes(t *testing.T) {
 	e.mustCrictl("stopp", ids["live"])
 	e.requireIPReleased(ips["live"], ids["live"])
 	e.mustCrictl("rmp", ids["live"])
+}
+
+// strayAttachment turns the live pod's libcni cache entry into one for
+// another container that holds the stray address. The result's interfaces
+// are dropped: they name the live pod's veth, which a DEL of the copy must
+// not touch (the bridge plugin deletes the host veth it is given).
+func strayAttachment(t *testing.T, liveEntry, liveID, fakeID, liveIP, stray string) []byte {
+	t.Helper()
+	var entry map[string]any
+	if err := json.Unmarshal([]byte(liveEntry), &entry); err != nil {
+		t.Fatalf("parsing libcni cache entry: %v", err)
+	}
+	if res, ok := entry["result"].(map[string]any); ok {
+		delete(res, "interfaces")
+		if ips, ok := res["ips"].([]any); ok {
+			for _, ip := range ips {
+				if m, ok := ip.(map[string]any); ok {
+					delete(m, "interface")
+				}
+			}
+		}
+	}
+	data, err := json.Marshal(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := strings.ReplaceAll(strings.ReplaceAll(string(data), liveID, fakeID), liveIP+"/", stray+"/")
+	return []byte(out)
 }
 
 func readFile(t *testing.T, path string) string {
