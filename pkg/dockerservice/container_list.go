@@ -18,30 +18,14 @@ func (ds *DockerService) ListContainers(_ context.Context, r *runtimeapi.ListCon
 		return nil, err
 	}
 	f := r.GetFilter()
-	var recs []*store.Record
-	if sbID := f.GetPodSandboxId(); sbID != "" {
-		sb, err := ds.store.Resolve(sbID)
-		if err != nil || sb == nil || sb.Kind != store.KindSandbox {
-			// An unknown or ambiguous sandbox has no containers to show.
-			return &runtimeapi.ListContainersResponse{}, nil
-		}
-		recs = ds.store.ContainersOf(sb.ID)
-	} else {
-		recs = ds.store.List(store.KindContainer)
-	}
+	recs := ds.containersMatching(f.GetPodSandboxId(), f.GetId(), f.GetLabelSelector())
 	items := make([]*runtimeapi.Container, 0, len(recs))
 	for _, rec := range recs {
-		if !strings.HasPrefix(rec.ID, f.GetId()) {
-			continue
-		}
 		state := ds.visibleState(rec)
 		if f.GetState() != nil && f.GetState().GetState() != state {
 			continue
 		}
 		info := containerInfoOf(rec)
-		if !matchesSelector(info.labels, f.GetLabelSelector()) {
-			continue
-		}
 		items = append(items, &runtimeapi.Container{
 			Id:           rec.ID,
 			PodSandboxId: rec.SandboxID,
@@ -56,6 +40,30 @@ func (ds *DockerService) ListContainers(_ context.Context, r *runtimeapi.ListCon
 		})
 	}
 	return &runtimeapi.ListContainersResponse{Containers: items}, nil
+}
+
+// containersMatching returns the indexed containers of a sandbox (ID or
+// unique prefix; "" for all) whose ID starts with idPrefix and whose CRI
+// labels match selector: the filter ListContainers and ListContainerStats
+// share. An unknown or ambiguous sandbox has no containers.
+func (ds *DockerService) containersMatching(sandboxID, idPrefix string, selector map[string]string) []*store.Record {
+	var recs []*store.Record
+	if sandboxID != "" {
+		sb, err := ds.store.Resolve(sandboxID)
+		if err != nil || sb == nil || sb.Kind != store.KindSandbox {
+			return nil
+		}
+		recs = ds.store.ContainersOf(sb.ID)
+	} else {
+		recs = ds.store.List(store.KindContainer)
+	}
+	out := recs[:0]
+	for _, rec := range recs {
+		if strings.HasPrefix(rec.ID, idPrefix) && matchesSelector(containerInfoOf(rec).labels, selector) {
+			out = append(out, rec)
+		}
+	}
+	return out
 }
 
 // containerState is the CRI state of a container record. A container

@@ -58,22 +58,10 @@ func (ds *DockerService) ListContainerStats(_ context.Context, r *runtimeapi.Lis
 		return nil, err
 	}
 	f := r.GetFilter()
-	var recs []*store.Record
-	if sbID := f.GetPodSandboxId(); sbID != "" {
-		sb, err := ds.store.Resolve(sbID)
-		if err != nil || sb == nil || sb.Kind != store.KindSandbox {
-			return &runtimeapi.ListContainerStatsResponse{}, nil
-		}
-		recs = ds.store.ContainersOf(sb.ID)
-	} else {
-		recs = ds.store.List(store.KindContainer)
-	}
+	recs := ds.containersMatching(f.GetPodSandboxId(), f.GetId(), f.GetLabelSelector())
 	now := time.Now()
 	out := make([]*runtimeapi.ContainerStats, 0, len(recs))
 	for _, rec := range recs {
-		if !strings.HasPrefix(rec.ID, f.GetId()) || !matchesSelector(containerInfoOf(rec).labels, f.GetLabelSelector()) {
-			continue
-		}
 		out = append(out, ds.containers.stats.read(rec, now))
 	}
 	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
