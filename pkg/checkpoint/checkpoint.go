@@ -60,12 +60,52 @@ type PodSandbox struct {
 	IPs           []string        `json:"ips,omitempty"`           // pod IPs after network setup
 	NetworkResult json.RawMessage `json:"networkResult,omitempty"` // raw CNI result, for verbose status
 	CreatedAt     int64           `json:"createdAt"`               // unix nanoseconds
+	// Setup records how far RunPodSandbox got with the pod network:
+	// SetupPending is written before the infra container starts, SetupReady
+	// only after the network ADD succeeded (with IPs and NetworkResult). A
+	// daemon killed in between finds "pending" at start-up and knows the
+	// sandbox never became ready and what its ADD may have allocated must
+	// be released. Empty in checkpoints written before the field existed
+	// (see NetworkReady).
+	Setup string `json:"setup,omitempty"`
 	// NetworkTornDown is set once TearDownPod succeeded, so that Remove
 	// after Stop does not run CNI DEL a second time. Until it is set,
 	// every Stop/Remove retries the teardown. netshim keeps it in memory
 	// only (a lost mark costs one idempotent DEL), so on disk it is
 	// normally false.
 	NetworkTornDown bool `json:"networkTornDown,omitempty"`
+}
+
+// Values of PodSandbox.Setup.
+const (
+	SetupPending = "pending"
+	SetupReady   = "ready"
+)
+
+// NetworkReady says whether the sandbox's network setup completed: host
+// network pods have none to do. A checkpoint written before Setup existed
+// is taken as ready when it records IPs, which that version wrote only
+// after a successful ADD.
+func (cp *PodSandbox) NetworkReady() bool {
+	switch cp.Setup {
+	case SetupReady:
+		return true
+	case SetupPending:
+		return false
+	}
+	return cp.HostNetwork || len(cp.IPs) > 0
+}
+
+// UnsupportedVersionError is returned by Get for a checkpoint written by a
+// newer netshim (a rollback after an upgrade). The file is left in place for
+// that version; this one must not act on a format it does not know.
+type UnsupportedVersionError struct {
+	Path    string
+	Version int
+}
+
+func (e *UnsupportedVersionError) Error() string {
+	return fmt.Sprintf("checkpoint %s has version %d, newer than this netshim supports (%d): left in place for the netshim that wrote it", e.Path, e.Version, CurrentVersion)
 }
 
 // CorruptError is returned by Get when a file fails to parse or its checksum
@@ -167,7 +207,7 @@ func (m *Manager) Get(id string) (*PodSandbox, error) {
 	// A newer daemon wrote this; keep the file for it rather than moving it
 	// aside as corrupt.
 	if cp.Version > CurrentVersion {
-		return nil, fmt.Errorf("checkpoint %s: unsupported version %d (max %d)", path, cp.Version, CurrentVersion)
+		return nil, &UnsupportedVersionError{Path: path, Version: cp.Version}
 	}
 	return cp, nil
 }
@@ -203,9 +243,9 @@ func (m *Manager) List() ([]string, error) {
 	}
 	ids := make([]string, 0, len(entries))
 	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
+		// Entries that are not regular files are listed too: Get then
+		// reports them (a directory or device where a checkpoint should
+		// be) rather than the sandbox vanishing without a word.
 		id, ok := strings.CutSuffix(e.Name(), fileSuffix)
 		if !ok || validateID(id) != nil {
 			continue

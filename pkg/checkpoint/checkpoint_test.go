@@ -206,6 +206,10 @@ func TestNewerVersionNotMovedAside(t *testing.T) {
 	if err == nil || errors.Is(err, ErrNotFound) || errors.As(err, &ce) {
 		t.Fatalf("Get: err = %v, want unsupported version error", err)
 	}
+	var ue *UnsupportedVersionError
+	if !errors.As(err, &ue) || ue.Version != 99 {
+		t.Errorf("Get: err = %#v, want *UnsupportedVersionError with version 99", err)
+	}
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("newer-version file was moved: %v", err)
 	}
@@ -256,7 +260,7 @@ func TestListIgnoresOtherFiles(t *testing.T) {
 	writeFile(t, filepath.Join(m.Dir(), "x.json.corrupt-1"), []byte("junk"))
 	writeFile(t, filepath.Join(m.Dir(), "README"), []byte("junk"))
 	writeFile(t, filepath.Join(m.Dir(), ".hidden.json"), []byte("junk"))
-	if err := os.Mkdir(filepath.Join(m.Dir(), "dir.json"), 0o700); err != nil {
+	if err := os.Mkdir(filepath.Join(m.Dir(), "dir"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	assertList(t, m, "a", "a-b", "a.b")
@@ -422,5 +426,40 @@ func writeFile(t *testing.T, path string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestNetworkReady(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cp   PodSandbox
+		want bool
+	}{
+		{"pending", PodSandbox{Setup: SetupPending, IPs: []string{"10.0.0.2"}}, false},
+		{"ready", PodSandbox{Setup: SetupReady}, true},
+		{"legacy with IPs", PodSandbox{IPs: []string{"10.0.0.2"}}, true},
+		{"legacy host network", PodSandbox{HostNetwork: true}, true},
+		{"legacy without IPs", PodSandbox{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cp.NetworkReady(); got != tc.want {
+				t.Errorf("NetworkReady() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A checkpoint name that is not a regular file (a directory left by a bad
+// restore) is listed, so that Get reports it instead of it being skipped in
+// silence.
+func TestNonRegularCheckpointReported(t *testing.T) {
+	m := newTestManager(t)
+	if err := os.Mkdir(filepath.Join(m.Dir(), "weird.json"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	assertList(t, m, "weird")
+	_, err := m.Get("weird")
+	if err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of a directory: err = %v, want a read error", err)
 	}
 }
