@@ -52,6 +52,8 @@ type fakeDocker struct {
 
 	pingErr  error
 	startErr error
+	// removeErr makes ContainerRemove fail (the container stays).
+	removeErr error
 	// onStart runs before a container is started (under no lock).
 	onStart func(id string)
 	// cx is the exec/logs/update half; see container_fake_docker_test.go.
@@ -232,6 +234,9 @@ func (f *fakeDocker) ContainerRemove(_ context.Context, id string, opts containe
 	f.record("ContainerRemove " + id)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.removeErr != nil {
+		return f.removeErr
+	}
 	c := f.find(id)
 	if c == nil {
 		return notFound(id)
@@ -367,4 +372,15 @@ func (f *fakeDocker) killBehindBack(id string) {
 	c := f.containers[id]
 	c.State.Status, c.State.Running, c.State.Pid, c.State.ExitCode = "exited", false, 0, 137
 	f.emit(events.ActionDie, id, map[string]string{"exitCode": "137"})
+}
+
+// snapshotIDs returns the IDs of the engine's containers.
+func (f *fakeDocker) snapshotIDs() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]bool, len(f.containers))
+	for id := range f.containers {
+		out[id] = true
+	}
+	return out
 }

@@ -55,6 +55,11 @@ func (h *networkHost) ListSandboxes(_ context.Context) ([]string, error) {
 	for id := range h.ds.sandboxes {
 		ids = append(ids, id)
 	}
+	// A sandbox whose checkpoint could not be read is still netshim's:
+	// GC must not free what it holds.
+	for id := range h.ds.checkpointIssues {
+		ids = append(ids, id)
+	}
 	h.ds.mu.Unlock()
 	for _, r := range h.ds.store.List(store.KindSandbox) {
 		ids = append(ids, r.ID)

@@ -53,6 +53,12 @@ func (ds *DockerService) Status(_ context.Context, _ *runtimeapi.StatusRequest) 
 			runtimeReady.Message = "docker: not connected yet"
 		}
 	}
+	if msg := ds.checkpointIssuesMessage(); msg != "" && runtimeReady.Status {
+		// Ready: every other pod is served. The operator still has to
+		// know that some sandbox state was damaged.
+		runtimeReady.Reason = "CheckpointsNotLoaded"
+		runtimeReady.Message = "WARNING: " + msg
+	}
 	networkReady := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
 	if err := ds.network.Status(); err != nil {
 		networkReady.Status = false

@@ -69,7 +69,7 @@ func (ds *DockerService) checkpointOnlySandboxes(seen map[string]bool, f *runtim
 	defer ds.mu.Unlock()
 	var out []*runtimeapi.PodSandbox
 	for id, cp := range ds.sandboxes {
-		if seen[id] || ds.settingUp[id] || !strings.HasPrefix(id, f.GetId()) {
+		if seen[id] || !strings.HasPrefix(id, f.GetId()) {
 			continue
 		}
 		out = append(out, &runtimeapi.PodSandbox{

@@ -14,13 +14,14 @@ import (
 // done. The checkpoint goes last: while the network may still hold an IP
 // it is the only record of what to release. Idempotent.
 func (ds *DockerService) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
-	ref, found, err := ds.lookupSandbox(r.GetPodSandboxId())
+	ref, found, unlock, err := ds.lockSandbox(ctx, r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
 	if !found {
 		return &runtimeapi.RemovePodSandboxResponse{}, nil
 	}
+	defer unlock()
 	if ref.running() || ref.needsTearDown() {
 		if err := ds.stopSandbox(ctx, ref); err != nil {
 			return nil, fmt.Errorf("stopping pod sandbox %s before removing it: %w", ref.id, err)

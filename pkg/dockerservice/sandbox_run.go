@@ -71,9 +71,15 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	id := created.ID
 	t.step("create")
 
-	// From here on a failure must leave nothing behind.
-	ds.markSettingUp(id, true)
-	defer ds.markSettingUp(id, false)
+	// From here on a failure must leave nothing behind. Nobody else knows
+	// the ID yet, so the lock is free; holding it until we answer keeps a
+	// Stop or Remove (from crictl, or a client that listed the sandbox)
+	// from interleaving with the setup, its checkpoint writes or its undo.
+	unlock, err := ds.lifecycle.Lock(backgroundCtx(ctx), id)
+	if err != nil {
+		return nil, fmt.Errorf("locking new sandbox %s: %w", id, err)
+	}
+	defer unlock()
 	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 	cp := &checkpoint.PodSandbox{
 		Version:      checkpoint.CurrentVersion,
@@ -85,6 +91,14 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		HostNetwork:  hostNetwork,
 		PortMappings: checkpointPortMappings(cfg.GetPortMappings()),
 		CreatedAt:    time.Now().UnixNano(),
+		// The pod network is not set up until the checkpoint says so: a
+		// daemon killed before that finds "pending" at start-up, never
+		// reports the sandbox READY and releases what the ADD took. A
+		// host-network pod has nothing to set up.
+		Setup: checkpoint.SetupPending,
+	}
+	if hostNetwork {
+		cp.Setup = checkpoint.SetupReady
 	}
 	// The checkpoint is written before the container starts, so that a
 	// crash at any later point still leaves what teardown needs.
@@ -151,6 +165,7 @@ func (ds *DockerService) setUpSandboxNetwork(ctx context.Context, cp *checkpoint
 	updated := *cp
 	updated.IPs = orderPodIPs(st.IPs)
 	updated.NetworkResult = st.Result
+	updated.Setup = checkpoint.SetupReady
 	return ds.putCheckpoint(&updated)
 }
 
@@ -195,7 +210,12 @@ func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.P
 		}
 	}
 	if err := ds.removeContainer(ctx, cp.SandboxID); err != nil {
-		klog.ErrorS(err, "Failed to remove infra container of a failed sandbox", log...)
+		// Keep the checkpoint too: with it the sandbox stays listed,
+		// NOTREADY (its setup is still "pending"), for kubelet or an
+		// operator to stop and remove. Without it a running container
+		// with no network could pass for a ready pod.
+		keepCheckpoint = true
+		klog.ErrorS(err, "Failed to remove infra container of a failed sandbox; keeping its checkpoint so that it is reported NOTREADY", log...)
 	}
 	if !keepCheckpoint {
 		if err := ds.removeCheckpoint(cp.SandboxID); err != nil {
@@ -215,7 +235,7 @@ func (ds *DockerService) existingSandbox(ctx context.Context, name string, md *r
 	if c.Config == nil || c.Config.Labels[labelType] != typeSandbox {
 		return nil, withCode(codes.AlreadyExists, fmt.Errorf("a container named %s (%s) exists that netshim does not own; remove it first", name, c.ID))
 	}
-	if c.State != nil && c.State.Running && ds.getCheckpoint(c.ID) != nil {
+	if c.State != nil && c.State.Running && ds.sandboxReady(c.ID) {
 		klog.InfoS("RunPodSandbox for an existing ready sandbox: returning it", "pod", klog.KRef(md.Namespace, md.Name), "attempt", md.Attempt, "podSandboxID", c.ID)
 		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: c.ID}, nil
 	}
@@ -236,23 +256,6 @@ func (ds *DockerService) reserveName(name string) (func(), error) {
 		delete(ds.creating, name)
 		ds.mu.Unlock()
 	}, nil
-}
-
-func (ds *DockerService) markSettingUp(id string, on bool) {
-	defer ds.bumpLocalState()
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	if on {
-		ds.settingUp[id] = true
-	} else {
-		delete(ds.settingUp, id)
-	}
-}
-
-func (ds *DockerService) isSettingUp(id string) bool {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	return ds.settingUp[id]
 }
 
 // sandboxDockerConfig maps a CRI sandbox config to Docker's.

@@ -44,10 +44,15 @@ func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.Pod
 		}
 	}
 	st.Linux = &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: nsOpts}}
-	if ips := podIPs(ref.cp); len(ips) > 0 {
-		st.Network = &runtimeapi.PodSandboxNetworkStatus{Ip: ips[0]}
-		for _, ip := range ips[1:] {
-			st.Network.AdditionalIps = append(st.Network.AdditionalIps, &runtimeapi.PodIP{Ip: ip})
+	// A pod network's status is always there, empty while the sandbox has
+	// no IP: kubelet reads a nil one as "host network" in places.
+	if nsOpts.GetNetwork() != runtimeapi.NamespaceMode_NODE {
+		st.Network = &runtimeapi.PodSandboxNetworkStatus{}
+		if ips := podIPs(ref.cp); len(ips) > 0 {
+			st.Network.Ip = ips[0]
+			for _, ip := range ips[1:] {
+				st.Network.AdditionalIps = append(st.Network.AdditionalIps, &runtimeapi.PodIP{Ip: ip})
+			}
 		}
 	}
 	resp := &runtimeapi.PodSandboxStatusResponse{Status: st}
@@ -61,19 +66,29 @@ func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.Pod
 	return resp, nil
 }
 
-// sandboxState is READY while the infra container runs and its network is
-// set up.
+// sandboxState is READY while the infra container runs and its checkpoint
+// says the network setup completed and has not been torn down since.
 func (ds *DockerService) sandboxState(id string, running bool) runtimeapi.PodSandboxState {
-	if running && !ds.isSettingUp(id) {
+	if running && ds.sandboxReady(id) {
 		return runtimeapi.PodSandboxState_SANDBOX_READY
 	}
 	return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 }
 
+// sandboxReady says whether the sandbox's checkpoint records a completed
+// network setup. With no checkpoint nothing is known (an undo that lost it,
+// a checkpoint that could not be rebuilt), so the sandbox is not ready.
+func (ds *DockerService) sandboxReady(id string) bool {
+	ds.mu.Lock()
+	cp := ds.sandboxes[id]
+	ds.mu.Unlock()
+	return cp != nil && cp.NetworkReady() && !cp.NetworkTornDown
+}
+
 // podIPs are the IPs a sandbox holds: none for host-network pods or once
 // its network is torn down.
 func podIPs(cp *checkpoint.PodSandbox) []string {
-	if cp == nil || cp.HostNetwork || cp.NetworkTornDown {
+	if cp == nil || cp.HostNetwork || cp.NetworkTornDown || !cp.NetworkReady() {
 		return nil
 	}
 	return cp.IPs

@@ -82,13 +82,14 @@ func (r sandboxRef) checkpointOrLabels() *checkpoint.PodSandbox {
 // still exists; when it is already gone (container removed, daemon
 // restarted) the teardown still runs from the checkpoint. Idempotent.
 func (ds *DockerService) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
-	ref, found, err := ds.lookupSandbox(r.GetPodSandboxId())
+	ref, found, unlock, err := ds.lockSandbox(ctx, r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
 	if !found {
 		return &runtimeapi.StopPodSandboxResponse{}, nil
 	}
+	defer unlock()
 	if err := ds.stopSandbox(ctx, ref); err != nil {
 		return nil, err
 	}
@@ -123,7 +124,7 @@ func (ds *DockerService) stopSandbox(ctx context.Context, ref sandboxRef) error 
 }
 
 // tearDownSandboxNetwork calls the plugin and records success in the
-// in-memory checkpoint only: the mark saves a second CNI DEL when Remove
+// in-memory checkpoint only (the caller holds the sandbox's lifecycle lock): the mark saves a second CNI DEL when Remove
 // follows Stop, and losing it in a restart costs just that (DEL is
 // idempotent), so it is not worth a synchronous disk write on every stop.
 func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandboxRef) error {

@@ -33,14 +33,17 @@ var (
 
 // startupTearDownRef returns the sandbox when it needs a teardown from the
 // start-up retry: it has a checkpoint, a pod network that has not been torn
-// down, and no running infra container (one still running is a live pod:
-// its network is left alone). A sandbox being set up is skipped too.
+// down, and either no running infra container or a network setup that never
+// completed (the daemon was killed during the ADD). A running, ready sandbox
+// is a live pod: its network is left alone. Called with the sandbox's
+// lifecycle lock held, a "pending" setup cannot belong to a RunPodSandbox of
+// this process: it holds the lock until it has finished or undone its work.
 func (ds *DockerService) startupTearDownRef(id string) (sandboxRef, bool) {
 	ref, found, err := ds.lookupSandbox(id)
 	if err != nil || !found || ref.cp == nil {
 		return ref, false
 	}
-	if ref.running() || ds.isSettingUp(id) {
+	if ref.running() && ref.cp.NetworkReady() {
 		return ref, false
 	}
 	return ref, ref.needsTearDown()
@@ -92,10 +95,17 @@ func (ds *DockerService) retryTearDown(ctx context.Context, id string, sem chan 
 		case <-ctx.Done():
 			return
 		}
-		// Checked with the slot held, so that a Stop or Remove that ran
-		// while this attempt waited is seen.
+		// Checked with the slot and the sandbox's lock held, so that a
+		// Stop, Remove or RunPodSandbox that ran while this attempt
+		// waited is seen and none runs alongside it.
+		unlock, err := ds.lifecycle.Lock(ctx, id)
+		if err != nil {
+			<-sem
+			return
+		}
 		ref, ok := ds.startupTearDownRef(id)
 		if !ok {
+			unlock()
 			<-sem
 			if attempt > 1 {
 				klog.InfoS("Sandbox network no longer needs the start-up teardown", "podSandboxID", id, "attempts", attempt-1)
@@ -103,12 +113,13 @@ func (ds *DockerService) retryTearDown(ctx context.Context, id string, sem chan 
 			return
 		}
 		actx, cancel := context.WithTimeout(ctx, tearDownAttemptTimeout)
-		err := ds.tearDownSandboxNetwork(actx, ref)
+		err = ds.tearDownSandboxNetwork(actx, ref)
 		cancel()
+		unlock()
 		<-sem
 		log := []any{"pod", klog.KRef(ref.cp.Namespace, ref.cp.Name), "podSandboxID", id, "attempt", attempt}
 		if err == nil {
-			klog.InfoS("Tore down the network of a sandbox whose infra container is not running", append(log, "ips", ref.cp.IPs)...)
+			klog.InfoS("Tore down the network of a sandbox whose infra container is not running or whose setup never completed", append(log, "ips", ref.cp.IPs)...)
 			return
 		}
 		if ctx.Err() != nil {

@@ -84,7 +84,7 @@ func TestStartupRetriesTearDownOfDeadSandboxes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("status of %s: %v", id, err)
 		}
-		if st.Status.Network != nil || st.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+		if st.Status.Network == nil || st.Status.Network.Ip != "" || st.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
 			t.Errorf("status of a torn-down sandbox: state %v network %v", st.Status.State, st.Status.Network)
 		}
 		// Stop and Remove now have no DEL left to do.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+	"github.com/netshim/netshim/pkg/keylock"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -59,13 +60,25 @@ type DockerService struct {
 	// streaming serves exec/attach/port-forward sessions (streaming.go).
 	streaming StreamingServer
 
+	// lifecycle serialises RunPodSandbox (from the moment its container
+	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
+	// of one sandbox, together with the writes of its checkpoint's disk
+	// and memory copies (sandbox_lock.go).
+	lifecycle keylock.Locks
+
 	mu sync.Mutex
 	// sandboxes mirrors the checkpoint files, so hot paths never read
 	// them from disk.
 	sandboxes map[string]*checkpoint.PodSandbox
-	// settingUp holds sandboxes whose network is being set up: they are
-	// not ready yet even though their container runs.
-	settingUp map[string]bool
+	// checkpointIssues holds, per sandbox ID, why its checkpoint could not
+	// be loaded at start-up (corrupt, newer version, unreadable). Status
+	// reports them; the sandbox is rebuilt from what is still known after
+	// the first sync (checkpoint_recover.go) and kept out of the network
+	// GC's reach.
+	checkpointIssues map[string]checkpointIssue
+	// recoverOnce runs the rebuild of those sandboxes after the first
+	// index sync.
+	recoverOnce sync.Once
 	// localGen counts changes of the state kept outside the index, and
 	// sandboxListWire caches the encoded unfiltered ListPodSandbox answer
 	// (wire_cache.go).
@@ -94,16 +107,16 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		cfg.StopTimeout = 10 * time.Second
 	}
 	ds := &DockerService{
-		cfg:          cfg,
-		client:       client,
-		checkpoints:  checkpoints,
-		store:        store.New(),
-		sandboxes:    map[string]*checkpoint.PodSandbox{},
-		settingUp:    map[string]bool{},
-		creating:     map[string]bool{},
-		ownOps:       map[string]int{},
-		imagePresent: map[string]bool{},
-		containers:   newContainerRuntime(client),
+		cfg:              cfg,
+		client:           client,
+		checkpoints:      checkpoints,
+		store:            store.New(),
+		sandboxes:        map[string]*checkpoint.PodSandbox{},
+		checkpointIssues: map[string]checkpointIssue{},
+		creating:         map[string]bool{},
+		ownOps:           map[string]int{},
+		imagePresent:     map[string]bool{},
+		containers:       newContainerRuntime(client),
 	}
 	if err := ds.loadCheckpoints(); err != nil {
 		return nil, err
@@ -117,9 +130,12 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	return ds, nil
 }
 
-// loadCheckpoints fills the in-memory mirror. A corrupt checkpoint is
-// reported and skipped (the manager has moved it aside); it must not stop
-// the daemon from serving every other pod.
+// loadCheckpoints fills the in-memory mirror. No single checkpoint can stop
+// the daemon: one that is corrupt (moved aside by the manager), written by a
+// newer netshim, or unreadable is reported and skipped, and the sandbox is
+// rebuilt from what is still known once the index is synced. A crash loop
+// under systemd would leave every pod on the node unmanaged for the sake of
+// one file. Only a checkpoint directory that cannot be listed is fatal.
 func (ds *DockerService) loadCheckpoints() error {
 	ids, err := ds.checkpoints.List()
 	if err != nil {
@@ -128,16 +144,28 @@ func (ds *DockerService) loadCheckpoints() error {
 	for _, id := range ids {
 		cp, err := ds.checkpoints.Get(id)
 		if err != nil {
-			var ce *checkpoint.CorruptError
-			if errors.As(err, &ce) {
-				klog.ErrorS(err, "Corrupt sandbox checkpoint set aside; its network cannot be torn down automatically", "podSandboxID", id, "movedTo", ce.MovedTo)
-				continue
+			var (
+				ce *checkpoint.CorruptError
+				ue *checkpoint.UnsupportedVersionError
+			)
+			issue := checkpointIssue{err: err.Error()}
+			switch {
+			case errors.As(err, &ce):
+				// The path is free again: the rebuilt checkpoint
+				// can be written there.
+				issue.rewrite = ce.MovedTo != ""
+				klog.ErrorS(err, "Corrupt sandbox checkpoint set aside; the sandbox will be rebuilt from its container and the CNI cache", "podSandboxID", id, "movedTo", ce.MovedTo)
+			case errors.As(err, &ue):
+				klog.ErrorS(err, "Sandbox checkpoint from a newer netshim left in place; the sandbox will be rebuilt in memory from its container and the CNI cache", "podSandboxID", id)
+			default:
+				klog.ErrorS(err, "Unreadable sandbox checkpoint skipped; the sandbox will be rebuilt in memory from its container and the CNI cache", "podSandboxID", id)
 			}
-			return fmt.Errorf("loading checkpoint %s: %w", id, err)
+			ds.checkpointIssues[id] = issue
+			continue
 		}
 		ds.sandboxes[id] = cp
 	}
-	klog.InfoS("Loaded sandbox checkpoints", "count", len(ds.sandboxes))
+	klog.InfoS("Loaded sandbox checkpoints", "count", len(ds.sandboxes), "skipped", len(ds.checkpointIssues))
 	return nil
 }
 
@@ -167,6 +195,7 @@ func (ds *DockerService) removeCheckpoint(id string) error {
 	}
 	ds.mu.Lock()
 	delete(ds.sandboxes, id)
+	delete(ds.checkpointIssues, id)
 	ds.mu.Unlock()
 	ds.bumpLocalState()
 	return nil

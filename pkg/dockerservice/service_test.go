@@ -35,9 +35,12 @@ type fakePlugin struct {
 	events   []map[string]any
 	// netnsAtSetUp / netnsAtDown are what Host.GetNetNS said.
 	netnsAtSetUp, netnsAtDown string
-	portsAtDown               []network.PortMapping
-	next                      byte
-	ips                       map[string]net.IP
+	// setUpGate, when set, holds SetUpPod (after it allocated the IP)
+	// until it is closed or the call's context ends: a slow ADD.
+	setUpGate   chan struct{}
+	portsAtDown []network.PortMapping
+	next        byte
+	ips         map[string]net.IP
 }
 
 func (p *fakePlugin) Init(host network.Host, _ network.PluginConfig) error {
@@ -71,6 +74,14 @@ func (p *fakePlugin) SetUpPod(ctx context.Context, pod network.PodRef, _ map[str
 	p.netnsAtSetUp = ns
 	p.next++
 	p.ips[pod.SandboxID] = net.IPv4(10, 0, 0, p.next)
+	if gate := p.setUpGate; gate != nil {
+		p.mu.Unlock()
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+	}
 	return p.setUpErr
 }
 
@@ -398,8 +409,8 @@ func TestStopPodSandboxTearsDownBeforeStoppingInfra(t *testing.T) {
 		t.Error("IP still held after stop")
 	}
 	st, _ := e.ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
-	if st.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || st.Status.Network != nil {
-		t.Errorf("after stop: state %v network %v", st.Status.State, st.Status.Network)
+	if st.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || st.Status.Network == nil || st.Status.Network.Ip != "" {
+		t.Errorf("after stop: state %v network %v, want NOTREADY with an empty network status", st.Status.State, st.Status.Network)
 	}
 	// Idempotent, and a second stop does not run DEL again.
 	calls := len(e.plugin.calls)

@@ -87,6 +87,10 @@ func (ds *DockerService) watch(ctx context.Context, first chan struct{}) {
 		err := ds.resync(streamCtx)
 		if err == nil {
 			ds.refreshVersion(streamCtx)
+			// Before the first sync is reported, so that no reader
+			// sees a sandbox whose checkpoint is being rebuilt
+			// (checkpoint_recover.go).
+			ds.recoverOnce.Do(func() { ds.recoverCheckpoints(ctx) })
 			ds.health.set(true, "")
 			klog.InfoS("Docker state index synced", "containers", ds.store.Len())
 			go ds.resumeContainerLogs(streamCtx)

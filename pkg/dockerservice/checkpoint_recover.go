@@ -1,0 +1,112 @@
+package dockerservice
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+)
+
+// checkpointIssue is why a sandbox's checkpoint could not be loaded.
+type checkpointIssue struct {
+	err string
+	// rewrite is set when the file was moved aside (corrupt): the rebuilt
+	// checkpoint is written in its place. A newer version's file is left
+	// for the netshim that wrote it, and an unreadable one cannot be
+	// trusted to take a write: those are rebuilt in memory only.
+	rewrite bool
+}
+
+// recoverStatusTimeout bounds the network status read of one sandbox being
+// rebuilt; it runs before the daemon reports itself synced.
+const recoverStatusTimeout = 10 * time.Second
+
+// recoverCheckpoints rebuilds, once the index knows the containers, every
+// sandbox whose checkpoint could not be loaded: metadata from the infra
+// container's labels, IPs from the network plugin (libcni's cached result
+// or the pod's netns). A running sandbox whose IPs are found is READY again,
+// so a damaged file does not cost a running pod; one without is rebuilt
+// "pending", so it is reported NOTREADY and the start-up teardown releases
+// whatever its network still holds. It runs before the first sync is
+// reported, so no reader sees the sandbox without its checkpoint.
+func (ds *DockerService) recoverCheckpoints(ctx context.Context) {
+	ds.mu.Lock()
+	issues := maps.Clone(ds.checkpointIssues)
+	ds.mu.Unlock()
+	for _, id := range slices.Sorted(maps.Keys(issues)) {
+		ds.recoverCheckpoint(ctx, id, issues[id])
+	}
+}
+
+func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue checkpointIssue) {
+	unlock, err := ds.lifecycle.Lock(ctx, id)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	if ds.getCheckpoint(id) != nil {
+		return
+	}
+	cp := &checkpoint.PodSandbox{Version: checkpoint.CurrentVersion, SandboxID: id, Setup: checkpoint.SetupPending}
+	rec, ok := ds.store.Get(id)
+	if ok && rec.Kind == store.KindSandbox {
+		info := sandboxInfoOf(rec)
+		md := info.metadata
+		cp.Name, cp.Namespace, cp.UID, cp.Attempt = md.GetName(), md.GetNamespace(), md.GetUid(), md.GetAttempt()
+		cp.HostNetwork = info.nsOptions.GetNetwork() == runtimeapi.NamespaceMode_NODE
+		cp.CreatedAt = rec.CreatedAt
+	}
+	switch {
+	case cp.HostNetwork:
+		cp.Setup = checkpoint.SetupReady
+	case ok && rec.Running():
+		sctx, cancel := context.WithTimeout(ctx, recoverStatusTimeout)
+		st, err := ds.network.GetPodNetworkStatus(sctx, podRef(cp))
+		cancel()
+		if err == nil && len(st.IPs) > 0 {
+			cp.IPs, cp.NetworkResult, cp.Setup = orderPodIPs(st.IPs), st.Result, checkpoint.SetupReady
+		} else {
+			klog.ErrorS(err, "Cannot find the IPs of a running sandbox whose checkpoint was lost; it is reported NOTREADY so that kubelet replaces it", "podSandboxID", id)
+		}
+	}
+	log := []any{"podSandboxID", id, "pod", klog.KRef(cp.Namespace, cp.Name), "ready", cp.Setup == checkpoint.SetupReady, "ips", cp.IPs}
+	if issue.rewrite {
+		if err := ds.checkpoints.Put(cp); err != nil {
+			klog.ErrorS(err, "Failed to write the rebuilt checkpoint; keeping it in memory", log...)
+		}
+	}
+	ds.mu.Lock()
+	ds.sandboxes[id] = cp
+	ds.mu.Unlock()
+	ds.bumpLocalState()
+	klog.InfoS("Rebuilt the checkpoint of a sandbox", log...)
+}
+
+// checkpointIssuesMessage summarises the checkpoints that could not be
+// loaded, for Status: "" when there are none.
+func (ds *DockerService) checkpointIssuesMessage() string {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if len(ds.checkpointIssues) == 0 {
+		return ""
+	}
+	const shown = 3
+	ids := slices.Sorted(maps.Keys(ds.checkpointIssues))
+	parts := make([]string, 0, shown+1)
+	for _, id := range ids[:min(shown, len(ids))] {
+		parts = append(parts, ds.checkpointIssues[id].err)
+	}
+	if len(ids) > shown {
+		parts = append(parts, fmt.Sprintf("and %d more", len(ids)-shown))
+	}
+	return fmt.Sprintf("%d sandbox checkpoint(s) could not be loaded at start-up and were rebuilt from the containers and the CNI cache (the sandboxes are NOTREADY where their IPs could not be found): %s",
+		len(ids), strings.Join(parts, "; "))
+}
