@@ -230,7 +230,7 @@ func (p *Plugin) delStale(ctx context.Context, a *libcni.NetworkAttachment) erro
 	}
 	klog.InfoS("CNI GC: releasing the network of a sandbox that no longer exists", "podSandboxID", a.ContainerID, "network", a.Network, "ifName", a.IfName)
 	if err := p.cni.DelNetworkList(ctx, list, rt); err != nil {
-		if perr := p.delEachPlugin(ctx, list, rt); perr != nil {
+		if perr := p.delEachPlugin(ctx, list, rt, true); perr != nil {
 			return fmt.Errorf("GC of sandbox %s on network %q: %w", a.ContainerID, a.Network, errors.Join(err, perr))
 		}
 	}
