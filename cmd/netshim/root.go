@@ -76,6 +76,7 @@ func run(ctx context.Context, opts *options) error {
 			ConfDir:  opts.cniConfDir,
 			BinDirs:  network.SplitDirs(opts.cniBinDir),
 			CacheDir: opts.cniCacheDir,
+			StateDir: cniStateDir(opts.rootDir),
 			Timeout:  opts.cniTimeout,
 			GCPeriod: gcPeriod(opts.cniGCPeriod),
 		}),
@@ -85,6 +86,7 @@ func run(ctx context.Context, opts *options) error {
 			PodCIDR:     opts.podCIDR,
 			Bridge:      opts.kubenetBridge,
 			IPAMDataDir: opts.kubenetIPAMDir,
+			StateDir:    cniStateDir(opts.rootDir),
 			Timeout:     opts.cniTimeout,
 		}),
 	}
@@ -162,6 +164,11 @@ func shutdownGracefully(srv *grpc.Server, timeout time.Duration) {
 		srv.Stop()
 	}
 }
+
+// cniStateDir is where the network plugins keep the ledger of the CNI
+// attachments netshim made. cni and kubenet share it: a pod set up by one
+// is still known after a switch to the other.
+func cniStateDir(rootDir string) string { return filepath.Join(rootDir, "cni") }
 
 // gcPeriod maps --cni-gc-period (0: off) to cni.Options.GCPeriod (0:
 // default, negative: off).

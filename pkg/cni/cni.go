@@ -86,6 +86,14 @@ type Options struct {
 	// CacheDir is libcni's cache directory (results of ADD, used by DEL
 	// and status). "" means libcni's default, /var/lib/cni.
 	CacheDir string
+	// StateDir is netshim's own directory for this plugin (under
+	// --root-dir). It holds the ledger of the attachments netshim ADDed,
+	// which is how GC tells netshim's attachments from those of the other
+	// CNI users sharing libcni's cache, and how teardown knows whether
+	// anything was ever added. "" disables the ledger: GC is then off (it
+	// could not tell whose a cached attachment is) and teardown falls back
+	// to a DEL with the current network when nothing is cached.
+	StateDir string
 	// Exec runs plugins; nil means running the binaries. Tests inject a
 	// fake.
 	Exec invoke.Exec
@@ -113,6 +121,16 @@ type Plugin struct {
 	opts      Options
 	cni       libcni.CNI
 	loNetwork *libcni.NetworkConfigList
+	// ledger records the attachments netshim ADDed; nil without StateDir.
+	ledger *ledger
+	// gcCNI runs the plugins' CNI GC. It is libcni over a cache directory
+	// that never holds anything, because libcni's GCNetworkList first DELs
+	// every cached attachment of the network that is not in the valid
+	// list, whoever made it, with the *current* config and the netns path
+	// cached at ADD (which may name another process's namespace by now).
+	// netshim does that step itself, for its own attachments only, with
+	// each one's cached config and no netns (GC in verbs.go).
+	gcCNI libcni.CNI
 
 	stopOnce sync.Once
 	stopCh   chan struct{}
@@ -193,12 +211,18 @@ func NewPlugin(opts Options) *Plugin {
 		// The text is a constant: failing to parse it is a programming error.
 		panic(fmt.Sprintf("cni: parsing built-in loopback config: %v", err))
 	}
-	return &Plugin{
+	p := &Plugin{
 		opts:      opts,
 		cni:       libcni.NewCNIConfigWithCacheDir(opts.BinDirs, opts.CacheDir, exec),
 		loNetwork: lo,
 		stopCh:    make(chan struct{}),
 	}
+	if opts.StateDir != "" {
+		p.ledger = newLedger(filepath.Join(opts.StateDir, "attachments"))
+		// Nothing ever ADDs through gcCNI, so its cache stays empty.
+		p.gcCNI = libcni.NewCNIConfigWithCacheDir(opts.BinDirs, filepath.Join(opts.StateDir, "gc-empty-cache"), exec)
+	}
+	return p
 }
 
 const loConfList = `{
@@ -260,7 +284,7 @@ func (p *Plugin) Init(host network.Host, cfg network.PluginConfig) error {
 		p.gcLoop(ctx)
 	}()
 	klog.InfoS("CNI network plugin initialised", "confDir", p.opts.ConfDir, "binDirs", p.opts.BinDirs, "cacheDir", p.opts.CacheDir,
-		"timeout", p.opts.Timeout, "gcPeriod", p.opts.GCPeriod)
+		"stateDir", p.opts.StateDir, "timeout", p.opts.Timeout, "gcPeriod", p.opts.GCPeriod)
 	return nil
 }
 

@@ -60,19 +60,30 @@ type testEnv struct {
 // conf (none when empty) with a fake exec and host. The pod has a netns.
 func newTestEnv(t *testing.T, conf string) *testEnv {
 	t.Helper()
+	return newTestEnvWith(t, conf, nil)
+}
+
+// newTestEnvWith is newTestEnv with the options changed by tweak.
+func newTestEnvWith(t *testing.T, conf string, tweak func(*Options)) *testEnv {
+	t.Helper()
 	env := &testEnv{exec: newFakeExec(), host: newFakeHost(), confDir: t.TempDir()}
 	if conf != "" {
 		writeFile(t, env.confDir, "10-test.conflist", conf)
 	}
 	env.exec.results["bridge"] = bridgeResult
 	env.host.setNetNS(testPod.SandboxID, "/proc/42/ns/net")
-	env.plugin = NewPlugin(Options{
+	opts := Options{
 		ConfDir:    env.confDir,
 		BinDirs:    []string{"/fake/bin"},
 		CacheDir:   t.TempDir(),
+		StateDir:   t.TempDir(),
 		Exec:       env.exec,
 		SyncPeriod: time.Hour, // tests resync explicitly unless they test the loop
-	})
+	}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	env.plugin = NewPlugin(opts)
 	if err := env.plugin.Init(env.host, network.PluginConfig{}); err != nil {
 		t.Fatal(err)
 	}
@@ -490,15 +501,16 @@ func TestTearDownPod(t *testing.T) {
 			}
 		}
 	})
-	t.Run("never set up, netns lookup fails", func(t *testing.T) {
+	t.Run("never set up: nothing to delete, no plugin runs", func(t *testing.T) {
 		env := newTestEnv(t, testConfList)
 		env.host.nsErr = errors.New("docker unreachable")
 		env.host.portErr = errors.New("docker unreachable")
 		if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
 			t.Fatalf("TearDownPod: %v", err)
 		}
-		if got := callNames(env.exec.Calls()); got != "DEL bandwidth, DEL portmap, DEL bridge, DEL loopback" {
-			t.Fatalf("calls = %s", got)
+		// Not even loopback: nothing was added, so nothing is cached.
+		if c := env.exec.Calls(); len(c) != 0 {
+			t.Fatalf("calls = %s", callNames(c))
 		}
 	})
 	t.Run("uses the cached config and arguments of the ADD", func(t *testing.T) {
@@ -529,24 +541,80 @@ func TestTearDownPod(t *testing.T) {
 		checkJSON(t, "portmap DEL runtimeConfig", calls[1].runtimeConfig(),
 			`{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}`)
 
-		// The cache entry is gone now: a second teardown falls back to
-		// the current network, and succeeds.
+		// The cache entry and the record are gone now: a second teardown
+		// has nothing to do, and succeeds.
 		env.exec.Reset()
 		if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
 			t.Fatalf("second TearDownPod: %v", err)
 		}
-		if got := callNames(env.exec.Calls()); got != "DEL ptp, DEL loopback" {
-			t.Fatalf("calls = %s", got)
+		if c := env.exec.Calls(); len(c) != 0 {
+			t.Fatalf("calls = %s", callNames(c))
 		}
 	})
-	t.Run("no network at all is an error", func(t *testing.T) {
+	t.Run("empty conf dir and nothing added succeeds", func(t *testing.T) {
+		// A CNI DaemonSet being reinstalled: Stop/Remove of a pod whose
+		// setup never got to an ADD must not wait for it.
 		env := newTestEnv(t, "")
+		if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
+			t.Fatalf("TearDownPod: %v", err)
+		}
+		if c := env.exec.Calls(); len(c) != 0 {
+			t.Errorf("calls = %s", callNames(c))
+		}
+	})
+	t.Run("empty conf dir, half-done ADD: DEL with the recorded config", func(t *testing.T) {
+		env := newTestEnv(t, testConfList)
+		env.exec.errs["ADD portmap"] = errors.New("iptables says no")
+		if err := env.plugin.SetUpPod(context.Background(), testPod, nil, network.SetUpOptions{}); err == nil {
+			t.Fatal("setup succeeded")
+		}
+		if err := os.Remove(filepath.Join(env.confDir, "10-test.conflist")); err != nil {
+			t.Fatal(err)
+		}
+		env.plugin.syncNetworkConfig()
+		env.exec.Reset()
+		if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
+			t.Fatalf("TearDownPod: %v", err)
+		}
+		calls := env.exec.Calls()
+		if got := callNames(calls); got != "DEL bandwidth, DEL portmap, DEL bridge, DEL loopback" {
+			t.Fatalf("calls = %s", got)
+		}
+		if calls[2].Conf["name"] != "testnet" || !strings.Contains(calls[2].Args, "K8S_POD_NAME=pod1") {
+			t.Errorf("bridge DEL: network %v args %q", calls[2].Conf["name"], calls[2].Args)
+		}
+		// Done: the record is gone, a second teardown runs nothing.
+		env.exec.Reset()
+		if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
+			t.Fatalf("second TearDownPod: %v", err)
+		}
+		if c := env.exec.Calls(); len(c) != 0 {
+			t.Errorf("second teardown calls = %s", callNames(c))
+		}
+	})
+	t.Run("known attachment whose plugin is gone fails with what to do", func(t *testing.T) {
+		env := newTestEnv(t, testConfList)
+		if err := env.plugin.SetUpPod(context.Background(), testPod, nil, network.SetUpOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(env.confDir, "10-test.conflist")); err != nil {
+			t.Fatal(err)
+		}
+		env.plugin.syncNetworkConfig()
+		env.exec.missing["bridge"] = true
 		err := env.plugin.TearDownPod(context.Background(), testPod)
-		if err == nil || !strings.Contains(err.Error(), "cni config uninitialized") {
+		if err == nil || !strings.Contains(err.Error(), "plugin bridge ran when the pod was added but is not installed in /fake/bin") ||
+			!strings.Contains(err.Error(), "stays allocated") {
 			t.Fatalf("err = %v", err)
 		}
-		if n := len(env.exec.Calls()); n != 0 {
-			t.Errorf("%d plugin calls", n)
+		// Once the plugin is back, the retry frees it.
+		env.exec.missing["bridge"] = false
+		env.exec.Reset()
+		if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
+			t.Fatalf("retried TearDownPod: %v", err)
+		}
+		if got := callNames(env.exec.Calls()); !strings.Contains(got, "DEL bridge") {
+			t.Errorf("calls = %s", got)
 		}
 	})
 	t.Run("cached config alone is enough", func(t *testing.T) {
@@ -569,8 +637,11 @@ func TestTearDownPod(t *testing.T) {
 			t.Fatalf("calls = %s", got)
 		}
 	})
-	t.Run("default network DEL failure is returned", func(t *testing.T) {
+	t.Run("DEL failure of an added pod is returned", func(t *testing.T) {
 		env := newTestEnv(t, testConfList)
+		if err := env.plugin.SetUpPod(context.Background(), testPod, nil, network.SetUpOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		env.exec.errs["DEL bridge"] = errors.New("bridge DEL failed")
 		err := env.plugin.TearDownPod(context.Background(), testPod)
 		if err == nil || !strings.Contains(err.Error(), "bridge DEL failed") {
@@ -579,11 +650,53 @@ func TestTearDownPod(t *testing.T) {
 	})
 	t.Run("loopback DEL failure is ignored", func(t *testing.T) {
 		env := newTestEnv(t, testConfList)
+		if err := env.plugin.SetUpPod(context.Background(), testPod, nil, network.SetUpOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		env.exec.errs["DEL loopback"] = errors.New("lo DEL failed")
 		if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
 			t.Fatalf("TearDownPod: %v", err)
 		}
 	})
+}
+
+// TestTearDownPodWithoutStateDir covers a plugin without a ledger: with
+// nothing cached it cannot know whether an ADD ran, so it DELs with the
+// current network if there is one, and fails if there is none.
+func TestTearDownPodWithoutStateDir(t *testing.T) {
+	for _, tc := range []struct {
+		name, conf, want, wantErr string
+	}{
+		{"current network", testConfList, "DEL bandwidth, DEL portmap, DEL bridge", ""},
+		{"no network", "", "", "no attachment ledger"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newTestEnvWith(t, tc.conf, func(o *Options) { o.StateDir = "" })
+			err := env.plugin.TearDownPod(context.Background(), testPod)
+			if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("TearDownPod = %v, want error %q", err, tc.wantErr)
+			}
+			if got := callNames(env.exec.Calls()); got != tc.want {
+				t.Errorf("calls = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSetUpPodFailsBeforeADDWhenItCannotRecord(t *testing.T) {
+	// The ledger directory cannot be created: a file is in the way.
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := newTestEnvWith(t, testConfList, func(o *Options) { o.StateDir = blocker })
+	err := env.plugin.SetUpPod(context.Background(), testPod, nil, network.SetUpOptions{})
+	if err == nil || !strings.Contains(err.Error(), "recording its CNI attachments") {
+		t.Fatalf("SetUpPod = %v", err)
+	}
+	if c := env.exec.Calls(); len(c) != 0 {
+		t.Errorf("plugins ran although nothing was recorded: %s", callNames(c))
+	}
 }
 
 func TestGetPodNetworkStatusWithoutNetNSOrCache(t *testing.T) {

@@ -69,11 +69,19 @@ func (p *Plugin) SetUpPod(ctx context.Context, pod network.PodRef, annotations m
 	p.gcMu.RLock()
 	defer p.gcMu.RUnlock()
 
+	// Recorded before the first plugin runs: an ADD that fails halfway
+	// (or a crash during it) leaves no libcni cache entry, and this record
+	// is then all that says an address may be held, and how to free it.
+	lo := loopbackConf(rt)
+	if err := p.ledger.record(pod.SandboxID, entryFor(p.loNetwork, lo), entryFor(def.list, rt)); err != nil {
+		return fmt.Errorf("setting up pod %s: recording its CNI attachments in %s before adding them: %w", klog.KRef(pod.Namespace, pod.Name), p.opts.StateDir, err)
+	}
+
 	// Loopback and the pod network touch different interfaces, so their
 	// ADDs run side by side: the loopback exec costs nothing on the way.
 	loErr := make(chan error, 1)
 	go func() {
-		_, err := p.cni.AddNetworkList(ctx, p.loNetwork, loopbackConf(rt))
+		_, err := p.cni.AddNetworkList(ctx, p.loNetwork, lo)
 		loErr <- err
 	}()
 	res, err := p.cni.AddNetworkList(ctx, def.list, rt)
@@ -90,6 +98,11 @@ func (p *Plugin) SetUpPod(ctx context.Context, pod network.PodRef, annotations m
 	return nil
 }
 
+// entryFor is the ledger entry of an ADD of list with rt.
+func entryFor(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) ledgerEntry {
+	return ledgerEntry{Network: list.Name, IfName: rt.IfName, Config: list.Bytes, CniArgs: rt.Args, CapabilityArgs: rt.CapabilityArgs}
+}
+
 // loopbackConf is rt for the loopback network: same identity, its own
 // interface name, and no capability arguments (loopback takes none).
 func loopbackConf(rt *libcni.RuntimeConf) *libcni.RuntimeConf {
@@ -102,9 +115,14 @@ func loopbackConf(rt *libcni.RuntimeConf) *libcni.RuntimeConf {
 // TearDownPod implements network.NetworkPlugin. It runs when the sandbox
 // may already be gone, so it uses whatever is known: DEL is called with an
 // empty netns when there is none (plugins then release IPAM and host
-// rules), and with the configuration and capability arguments of the ADD
-// as cached by libcni, so that the plugins that ran are the ones asked to
-// undo, even if the configuration directory changed since.
+// rules), and with the configuration and arguments of the ADD, so that
+// the plugins that ran are the ones asked to undo, even if the
+// configuration directory changed or is empty since (a CNI DaemonSet
+// being reinstalled): from libcni's cache for a complete ADD, else from
+// netshim's ledger for one that failed halfway. A sandbox with neither
+// had nothing added (or was already torn down): that is success, with no
+// plugin run and no network config needed. Only an attachment that is
+// known but cannot be deleted fails the teardown.
 func (p *Plugin) TearDownPod(ctx context.Context, pod network.PodRef) error {
 	host, err := p.getHost()
 	if err != nil {
@@ -119,7 +137,7 @@ func (p *Plugin) TearDownPod(ctx context.Context, pod network.PodRef) error {
 	mappings, err := host.GetPodPortMappings(ctx, pod.SandboxID)
 	if err != nil {
 		// Not fatal: portmap deletes its rules by container ID, and the
-		// cached ADD arguments, when present, replace these anyway.
+		// recorded ADD arguments, when present, replace these anyway.
 		klog.ErrorS(err, "Failed to get port mappings; tearing down without them", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
 		mappings = nil
 	}
@@ -135,47 +153,100 @@ func (p *Plugin) TearDownPod(ctx context.Context, pod network.PodRef) error {
 		return err
 	}
 
-	list, delRt, err := p.teardownTarget(pod, rt)
+	targets, lo, err := p.teardownTargets(pod, rt)
 	if err != nil {
 		return err
+	}
+	if len(targets) == 0 && lo == nil {
+		klog.V(4).InfoS("No CNI attachment to delete: nothing was added for the sandbox, or it was already deleted", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
+		return nil
 	}
 
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
 
-	// As for ADD, loopback's DEL runs beside the pod network's. It runs
-	// even without a netns (the plugin then has nothing to undo and
-	// succeeds): it is what removes libcni's cache entry for the
-	// attachment, which would otherwise outlive the pod. A failure is only
-	// logged, since it holds no address.
+	// As for ADD, loopback's DEL runs beside the pod network's, and only
+	// when loopback was added: it is what removes libcni's cache entry
+	// (and netshim's record) of that attachment. A failure is only logged,
+	// since it holds no address; the record stays for GC to retry.
 	loDone := make(chan struct{})
 	go func() {
 		defer close(loDone)
-		if err := p.cni.DelNetworkList(ctx, p.loNetwork, loopbackConf(rt)); err != nil {
-			klog.ErrorS(err, "Failed to delete pod from loopback network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
+		if lo == nil {
+			return
 		}
+		if err := p.cni.DelNetworkList(ctx, p.loNetwork, lo); err != nil {
+			klog.ErrorS(err, "Failed to delete pod from loopback network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
+			return
+		}
+		p.forget(pod.SandboxID, loNetworkName, loInterfaceName)
 	}()
 	defer func() { <-loDone }()
 
-	if err := p.cni.DelNetworkList(ctx, list, delRt); err != nil {
-		// libcni stops at the first plugin whose DEL fails, so the plugins
-		// before it in the list (the IPAM-holding bridge, typically) would
-		// keep what they hold. Retry plugin by plugin, carrying on past
-		// failures, before giving up.
-		if perr := p.delEachPlugin(ctx, list, delRt); perr != nil {
-			return fmt.Errorf("deleting pod %s from CNI network %q: %w", klog.KRef(pod.Namespace, pod.Name), list.Name, errors.Join(err, perr))
+	var errs []error
+	for _, t := range targets {
+		if err := p.delTarget(ctx, pod, t); err != nil {
+			errs = append(errs, err)
+			continue
 		}
-		klog.InfoS("CNI DEL of the whole network failed, but every installed plugin's own DEL succeeded", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID, "network", list.Name, "err", err)
+		p.forget(pod.SandboxID, t.list.Name, t.rt.IfName)
+		klog.V(4).InfoS("Deleted pod from CNI network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID, "network", t.list.Name, "from", t.source, "netns", netnsPath)
 	}
-	klog.V(4).InfoS("Deleted pod from CNI network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID, "network", list.Name, "netns", netnsPath)
-	return nil
+	return errors.Join(errs...)
+}
+
+// delTarget is one attachment for TearDownPod to DEL.
+type delTarget struct {
+	list *libcni.NetworkConfigList
+	rt   *libcni.RuntimeConf
+	// source says where list and rt come from, for messages.
+	source string
+	// complete is true for an ADD that finished (libcni cached it): every
+	// plugin of the chain ran, so each one's DEL is needed, also that of
+	// a plugin whose binary is gone. For a half-done ADD (or a guess) a
+	// missing plugin is one that never ran.
+	complete bool
+}
+
+const (
+	sourceCache   = "libcni's cache"
+	sourceLedger  = "netshim's attachment ledger"
+	sourceDefault = "the current network config"
+)
+
+// delTarget runs DEL for t. libcni stops at the first plugin whose DEL
+// fails, so the plugins before it in the list (the IPAM-holding bridge,
+// typically) would keep what they hold: on failure it retries plugin by
+// plugin, carrying on past failures, before giving up.
+func (p *Plugin) delTarget(ctx context.Context, pod network.PodRef, t delTarget) error {
+	err := p.cni.DelNetworkList(ctx, t.list, t.rt)
+	if err == nil {
+		return nil
+	}
+	perr := p.delEachPlugin(ctx, t.list, t.rt, !t.complete)
+	if perr == nil {
+		klog.InfoS("CNI DEL of the whole network failed, but every installed plugin's own DEL succeeded", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID, "network", t.list.Name, "err", err)
+		return nil
+	}
+	return fmt.Errorf("deleting pod %s from CNI network %q (config from %s): %w; what the attachment holds (its address, host rules) stays allocated until the plugins' DEL succeeds, which the next StopPodSandbox or CNI GC retries",
+		klog.KRef(pod.Namespace, pod.Name), t.list.Name, t.source, errors.Join(err, perr))
+}
+
+// forget drops one attachment from the ledger after its DEL. A failure is
+// logged only: the attachment is gone, and the stale record makes GC run
+// one more (harmless) DEL and try again.
+func (p *Plugin) forget(id, network, ifName string) {
+	if err := p.ledger.remove(id, network, ifName); err != nil {
+		klog.ErrorS(err, "Failed to drop a deleted attachment from the ledger; GC retries", "podSandboxID", id, "network", network, "ifName", ifName)
+	}
 }
 
 // delEachPlugin runs DEL for each plugin of list on its own, in reverse
-// order, and reports the failures. A plugin whose binary is missing is
-// skipped: it never ran, so it holds nothing (this is the rollback of a
-// setup that failed on exactly that plugin).
-func (p *Plugin) delEachPlugin(ctx context.Context, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
+// order, and reports the failures. With skipMissing, a plugin whose
+// binary is missing is skipped: the ADD never got to run it, so it holds
+// nothing (the rollback of a setup that failed on exactly that plugin).
+// Without, it is an error naming the plugin and where it was looked for.
+func (p *Plugin) delEachPlugin(ctx context.Context, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, skipMissing bool) error {
 	var errs []error
 	for i := len(list.Plugins) - 1; i >= 0; i-- {
 		plugin := list.Plugins[i]
@@ -183,8 +254,11 @@ func (p *Plugin) delEachPlugin(ctx context.Context, list *libcni.NetworkConfigLi
 		err := p.cni.DelNetworkList(ctx, single, rt)
 		switch {
 		case err == nil:
-		case isMissingPlugin(err):
+		case isMissingPlugin(err) && skipMissing:
 			klog.V(2).InfoS("Skipping DEL of a plugin that is not installed", "plugin", plugin.Network.Type, "network", list.Name)
+		case isMissingPlugin(err):
+			errs = append(errs, fmt.Errorf("plugin %s ran when the pod was added but is not installed in %s now; reinstall it (the CNI provider may be being reinstalled) so that its DEL can run: %w",
+				plugin.Network.Type, strings.Join(p.opts.BinDirs, ","), err))
 		default:
 			errs = append(errs, fmt.Errorf("plugin %s: %w", plugin.Network.Type, err))
 		}
@@ -198,34 +272,124 @@ func isMissingPlugin(err error) bool {
 	return strings.Contains(err.Error(), "failed to find plugin")
 }
 
-// teardownTarget picks the network to DEL: the one the pod was added to,
-// from libcni's cache, else the current default network. With neither it
-// fails rather than report success while an address may still be held.
-func (p *Plugin) teardownTarget(pod network.PodRef, rt *libcni.RuntimeConf) (*libcni.NetworkConfigList, *libcni.RuntimeConf, error) {
-	def, defErr := p.getDefaultNetwork()
-	var defName string
-	if def != nil {
-		defName = def.list.Name
-	}
-	cached, err := p.cachedNetwork(pod.SandboxID, defName)
+// teardownTargets lists what TearDownPod must DEL for the pod, with rt as
+// the base runtime config (current netns): every pod-interface attachment
+// in libcni's cache, every one in the ledger that the cache lacks (an ADD
+// that failed halfway), and the loopback attachment if either knows of
+// it (lo is nil otherwise). Without a ledger, and nothing cached, the
+// current default network is DELed as a best effort, as before the ledger
+// existed: the ADD may have failed halfway. It fails only for an
+// attachment that is known but for which no usable config exists.
+func (p *Plugin) teardownTargets(pod network.PodRef, rt *libcni.RuntimeConf) ([]delTarget, *libcni.RuntimeConf, error) {
+	cached, err := p.cni.GetCachedAttachments(pod.SandboxID)
 	if err != nil {
-		klog.ErrorS(err, "Ignoring unreadable CNI cache entry", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
+		// An unreadable cache directory is not "nothing cached": the ledger
+		// may still know, and otherwise the user must see why.
+		klog.ErrorS(err, "Failed to read libcni's cache", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
 	}
-	if cached != nil && len(cached.Plugins) > 0 {
-		_, cachedRt, err := p.cni.GetNetworkListCachedConfig(cached, rt)
-		if err == nil && cachedRt != nil {
-			klog.V(4).InfoS("Tearing down with the cached network config", "pod", klog.KRef(pod.Namespace, pod.Name), "network", cached.Name)
-			return cached, cachedRt, nil
-		}
-		if err != nil {
-			klog.ErrorS(err, "Ignoring unreadable CNI cache entry", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
-		}
+	recorded, lerr := p.ledger.get(pod.SandboxID)
+	if lerr != nil {
+		klog.ErrorS(lerr, "Failed to read the attachment ledger", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
 	}
+	def, defErr := p.getDefaultNetwork()
+
+	var targets []delTarget
+	var lo *libcni.RuntimeConf
+	seen := map[string]bool{}
+	for _, a := range cached {
+		if a.Network == loNetworkName {
+			lo = loopbackConf(rt)
+			continue
+		}
+		if a.IfName != podInterfaceName {
+			continue // not an attachment netshim makes
+		}
+		seen[a.Network] = true
+		list, perr := libcni.ConfListFromBytes(a.Config)
+		if perr == nil {
+			list.Name = a.Network // the cache is keyed by this name
+			targets = append(targets, delTarget{list: list, rt: cachedRuntimeConf(a, rt), source: sourceCache, complete: true})
+			continue
+		}
+		// The cache entry is there but its config is unusable: the ledger's
+		// copy of the same ADD, else the current config of the same name.
+		if e := findEntry(recorded, a.Network, a.IfName); e != nil {
+			if list, err := libcni.ConfListFromBytes(e.Config); err == nil {
+				list.Name = e.Network
+				targets = append(targets, delTarget{list: list, rt: cachedRuntimeConf(a, rt), source: sourceLedger, complete: true})
+				continue
+			}
+		}
+		if def != nil && def.list.Name == a.Network {
+			targets = append(targets, delTarget{list: def.list, rt: cachedRuntimeConf(a, rt), source: sourceDefault, complete: true})
+			continue
+		}
+		return nil, nil, fmt.Errorf("cannot tear down pod %s: its attachment to CNI network %q is in libcni's cache (%s) but the config cached with it is unusable (%v), and no config of that network is loaded; put the network's config back in %s so that its DEL can free the address",
+			klog.KRef(pod.Namespace, pod.Name), a.Network, p.cacheDirForMessages(), perr, p.opts.ConfDir)
+	}
+	for _, e := range recorded {
+		switch {
+		case e.Network == loNetworkName:
+			if lo == nil {
+				lo = loopbackConf(rt)
+			}
+			continue
+		case e.IfName != podInterfaceName || seen[e.Network]:
+			continue
+		}
+		list, perr := libcni.ConfListFromBytes(e.Config)
+		if perr != nil {
+			return nil, nil, fmt.Errorf("cannot tear down pod %s: netshim recorded adding it to CNI network %q, but the recorded config is unusable: %w", klog.KRef(pod.Namespace, pod.Name), e.Network, perr)
+		}
+		list.Name = e.Network
+		targets = append(targets, delTarget{list: list, rt: ledgerRuntimeConf(e, rt), source: sourceLedger})
+	}
+	if len(targets) > 0 || p.ledger != nil {
+		return targets, lo, nil
+	}
+	// No ledger: nothing says whether an ADD ever ran (and failed halfway,
+	// leaving no cache entry). DEL with the current network; without one,
+	// say so rather than report success while an address may be held.
 	if def != nil {
-		return def.list, rt, nil
+		return []delTarget{{list: def.list, rt: rt, source: sourceDefault}}, lo, nil
 	}
-	return nil, nil, fmt.Errorf("cannot tear down pod %s network: no cached CNI config for sandbox %s and %w",
+	return nil, nil, fmt.Errorf("cannot tear down pod %s network: no cached CNI config for sandbox %s, no attachment ledger (no state directory) to tell whether it was ever added, and %w",
 		klog.KRef(pod.Namespace, pod.Name), pod.SandboxID, defErr)
+}
+
+func (p *Plugin) cacheDirForMessages() string {
+	if p.opts.CacheDir != "" {
+		return p.opts.CacheDir
+	}
+	return libcni.CacheDir
+}
+
+func findEntry(entries []ledgerEntry, network, ifName string) *ledgerEntry {
+	for i := range entries {
+		if entries[i].Network == network && entries[i].IfName == ifName {
+			return &entries[i]
+		}
+	}
+	return nil
+}
+
+// cachedRuntimeConf is base (the sandbox's current netns) with the
+// arguments libcni cached for attachment a.
+func cachedRuntimeConf(a *libcni.NetworkAttachment, base *libcni.RuntimeConf) *libcni.RuntimeConf {
+	rt := *base
+	rt.IfName = a.IfName
+	rt.Args = a.CniArgs
+	rt.CapabilityArgs = a.CapabilityArgs
+	return &rt
+}
+
+// ledgerRuntimeConf is base with the arguments recorded for e.
+func ledgerRuntimeConf(e ledgerEntry, base *libcni.RuntimeConf) *libcni.RuntimeConf {
+	rt := *base
+	rt.IfName = e.IfName
+	rt.Args = e.CniArgs
+	rt.CapabilityArgs = e.CapabilityArgs
+	return &rt
 }
 
 // cachedNetwork returns the configuration that libcni cached when the

@@ -76,7 +76,7 @@ func TestRealPlugins(t *testing.T) {
 		{Protocol: "tcp", ContainerPort: 81},
 	})
 
-	p := NewPlugin(Options{ConfDir: confDir, BinDirs: []string{realBinDir}, CacheDir: t.TempDir(), SyncPeriod: time.Hour})
+	p := NewPlugin(Options{ConfDir: confDir, BinDirs: []string{realBinDir}, CacheDir: t.TempDir(), StateDir: t.TempDir(), SyncPeriod: time.Hour})
 	if err := p.Init(host, network.PluginConfig{}); err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,9 @@ func (p *Plugin) gcLoop(ctx context.Context) {
 		case errors.Is(err, errNoLister):
 			klog.InfoS("CNI GC disabled: the runtime cannot list its sandboxes")
 			return
+		case errors.Is(err, errNoLedger):
+			klog.InfoS("CNI GC disabled", "reason", err)
+			return
 		case errors.Is(err, errHostNotReady):
 			klog.V(4).InfoS("CNI GC postponed: the runtime does not know its sandboxes yet", "err", err)
 			delay = gcRetryPeriod
@@ -156,24 +159,43 @@ func (p *Plugin) liveSandboxes(ctx context.Context) (map[string]bool, error) {
 	return live, nil
 }
 
-// GC frees what the network holds for sandboxes that no longer exist:
+// GC frees what netshim's attachments hold for sandboxes that no longer
+// exist, and nothing else. libcni's cache is shared with every other CNI
+// user on the host (containerd, CRI-O, podman, nerdctl), possibly on the
+// same network name, so "cached and not a live netshim sandbox" is not
+// "stale": it may be another runtime's live pod. Hence:
 //
-//  1. every attachment in libcni's cache whose sandbox the runtime does not
-//     know gets a DEL with the config and arguments of its ADD (whatever
-//     the cniVersion: this is what frees an address whose teardown was
-//     never run, e.g. a sandbox removed behind netshim's back);
-//  2. for a default network of cniVersion >= 1.1.0, CNI GC is called with
-//     the live attachments, so that the plugins free what they hold for any
-//     other attachment, including ones libcni never cached.
+//  1. a cached attachment gets a DEL only if netshim's ledger records it
+//     (same container ID, network and interface) and its sandbox is not
+//     live; the DEL uses the config and arguments cached with it, and no
+//     netns (the cached path named a process that is gone and whose PID
+//     may be reused). An attachment the ledger records but the cache
+//     lacks (an ADD that failed halfway and was never torn down) gets a
+//     DEL with the recorded config. Every other cached attachment is left
+//     alone;
+//  2. for a default network of cniVersion >= 1.1.0, the plugins' CNI GC
+//     is called with cni.dev/valid-attachments = the live sandboxes' pod
+//     interfaces plus every attachment still cached or recorded after
+//     step 1: other runtimes' attachments (so that a plugin never frees
+//     their addresses), and netshim's whose DEL failed (to be retried at
+//     the next pass with their own config). Everything else the plugins
+//     hold for the network is a leak that no one's cache knows of.
 //
-// Attachments whose DEL failed are passed as live in step 2, to be retried
-// at the next pass with their own config rather than the current one.
+// One hazard remains with a network shared with another runtime: an ADD
+// of that runtime in flight during step 2 is not cached yet, and a plugin
+// may free its address. Nothing a runtime can do fixes that (the other
+// runtime's GC does the same to netshim); a network meant to be shared
+// can set "disableGC" in its config.
 func (p *Plugin) GC(ctx context.Context) error {
+	if p.ledger == nil {
+		return errNoLedger
+	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
 
-	// The cache and the live set are read together, with no ADD in
-	// flight: an attachment made after the list was taken would look stale.
+	// The cache, the ledger and the live set are read together, with no
+	// ADD in flight: an attachment made after the list was taken would
+	// look stale.
 	if err := p.lockForGC(ctx); err != nil {
 		return err
 	}
@@ -182,34 +204,131 @@ func (p *Plugin) GC(ctx context.Context) error {
 		p.gcMu.Unlock()
 		return err
 	}
-	cached, err := p.cni.GetCachedAttachments("")
+	cached, cerr := p.cni.GetCachedAttachments("")
+	owned, lerr := p.ledger.all()
 	p.gcMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("reading libcni's cache: %w", err)
+	if cerr != nil {
+		return fmt.Errorf("reading libcni's cache: %w", cerr)
+	}
+	if lerr != nil {
+		// The unreadable records' attachments are not provably netshim's:
+		// left alone (and passed as valid) this pass.
+		klog.ErrorS(lerr, "CNI GC: some ledger records are unreadable; their attachments are left alone")
 	}
 
+	plan := planGC(cached, owned, live)
 	var errs []error
-	failed := map[string]bool{}
-	for _, a := range cached {
-		if live[a.ContainerID] {
+	for _, a := range plan.staleCached {
+		if err := p.delStale(ctx, a); err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		if err := p.delStale(ctx, a); err != nil {
-			failed[a.ContainerID] = true
+		p.forget(a.ContainerID, a.Network, a.IfName)
+	}
+	for _, r := range plan.staleRecorded {
+		if err := p.delRecorded(ctx, r.id, r.entry); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		p.forget(r.id, r.entry.Network, r.entry.IfName)
 	}
 
 	def, _ := p.getDefaultNetwork()
 	if def != nil && supportsStatus(def.list) && !def.list.DisableGC {
-		if err := p.gcNetwork(ctx, def.list, failed); err != nil {
+		if err := p.gcNetwork(ctx, def.list); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(errs) == 0 {
-		klog.V(2).InfoS("CNI GC done", "liveSandboxes", len(live), "cachedAttachments", len(cached))
+		klog.V(2).InfoS("CNI GC done", "liveSandboxes", len(live), "cachedAttachments", len(cached),
+			"deleted", len(plan.staleCached)+len(plan.staleRecorded), "notNetshims", plan.foreign)
 	}
 	return errors.Join(errs...)
+}
+
+var errNoLedger = errors.New("no state directory: netshim cannot tell its own CNI attachments from other runtimes'")
+
+// recordedAttachment is a ledger entry with its container ID.
+type recordedAttachment struct {
+	id    string
+	entry ledgerEntry
+}
+
+// gcPlan is what one GC pass deletes.
+type gcPlan struct {
+	// staleCached are netshim's cached attachments of gone sandboxes.
+	staleCached []*libcni.NetworkAttachment
+	// staleRecorded are netshim's recorded attachments of gone sandboxes
+	// that libcni did not cache (ADD failed halfway).
+	staleRecorded []recordedAttachment
+	// foreign counts the cached attachments that are not netshim's.
+	foreign int
+}
+
+// planGC decides, from one consistent snapshot, which attachments are
+// netshim's and stale. An attachment is netshim's only if the ledger
+// records the same container ID, network and interface: neither the
+// network name (another runtime may load the same conf dir) nor the
+// container ID's shape (everyone's are hex) nor CNI_ARGS (every
+// Kubernetes runtime sets K8S_POD_*) proves it.
+func planGC(cached []*libcni.NetworkAttachment, owned map[string][]ledgerEntry, live map[string]bool) gcPlan {
+	var plan gcPlan
+	inCache := map[[3]string]bool{}
+	for _, a := range cached {
+		inCache[[3]string{a.ContainerID, a.Network, a.IfName}] = true
+		if findEntry(owned[a.ContainerID], a.Network, a.IfName) == nil {
+			plan.foreign++
+			continue
+		}
+		if !live[a.ContainerID] {
+			plan.staleCached = append(plan.staleCached, a)
+		}
+	}
+	ids := make([]string, 0, len(owned))
+	for id := range owned {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if live[id] {
+			continue
+		}
+		for _, e := range owned[id] {
+			if !inCache[[3]string{id, e.Network, e.IfName}] {
+				plan.staleRecorded = append(plan.staleRecorded, recordedAttachment{id: id, entry: e})
+			}
+		}
+	}
+	return plan
+}
+
+// validAttachments is cni.dev/valid-attachments for the plugins' GC: the
+// live sandboxes' pod interfaces and every attachment cached (by anyone)
+// or recorded by netshim, sorted and without duplicates.
+func validAttachments(live map[string]bool, cached []*libcni.NetworkAttachment, owned map[string][]ledgerEntry) []types.GCAttachment {
+	set := map[types.GCAttachment]bool{}
+	for id := range live {
+		set[types.GCAttachment{ContainerID: id, IfName: podInterfaceName}] = true
+	}
+	for _, a := range cached {
+		set[types.GCAttachment{ContainerID: a.ContainerID, IfName: a.IfName}] = true
+	}
+	for id, entries := range owned {
+		for _, e := range entries {
+			set[types.GCAttachment{ContainerID: id, IfName: e.IfName}] = true
+		}
+	}
+	out := make([]types.GCAttachment, 0, len(set))
+	for a := range set {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].ContainerID != out[j].ContainerID {
+			return out[i].ContainerID < out[j].ContainerID
+		}
+		return out[i].IfName < out[j].IfName
+	})
+	return out
 }
 
 // delStale runs DEL for a cached attachment whose sandbox is gone, with
@@ -230,16 +349,45 @@ func (p *Plugin) delStale(ctx context.Context, a *libcni.NetworkAttachment) erro
 	}
 	klog.InfoS("CNI GC: releasing the network of a sandbox that no longer exists", "podSandboxID", a.ContainerID, "network", a.Network, "ifName", a.IfName)
 	if err := p.cni.DelNetworkList(ctx, list, rt); err != nil {
-		if perr := p.delEachPlugin(ctx, list, rt); perr != nil {
+		// A complete ADD ran every plugin: a missing one is an error.
+		if perr := p.delEachPlugin(ctx, list, rt, false); perr != nil {
 			return fmt.Errorf("GC of sandbox %s on network %q: %w", a.ContainerID, a.Network, errors.Join(err, perr))
 		}
 	}
 	return nil
 }
 
-// gcNetwork calls CNI GC on list with the live sandboxes' attachments (and
-// those in keep). It holds gcMu so that no ADD runs meanwhile.
-func (p *Plugin) gcNetwork(ctx context.Context, list *libcni.NetworkConfigList, keep map[string]bool) error {
+// delRecorded runs DEL for an attachment netshim recorded but libcni never
+// cached (its ADD failed halfway), with the recorded config and
+// arguments, and no netns.
+func (p *Plugin) delRecorded(ctx context.Context, id string, e ledgerEntry) error {
+	list, err := libcni.ConfListFromBytes(e.Config)
+	if err != nil {
+		return fmt.Errorf("GC of sandbox %s on network %q: parsing its recorded config: %w", id, e.Network, err)
+	}
+	list.Name = e.Network
+	rt := &libcni.RuntimeConf{
+		ContainerID:    id,
+		IfName:         e.IfName,
+		Args:           e.CniArgs,
+		CapabilityArgs: e.CapabilityArgs,
+		CacheDir:       p.opts.CacheDir,
+	}
+	klog.InfoS("CNI GC: releasing what a half-done setup of a sandbox that no longer exists may hold", "podSandboxID", id, "network", e.Network, "ifName", e.IfName)
+	if err := p.cni.DelNetworkList(ctx, list, rt); err != nil {
+		// The ADD stopped somewhere: a plugin that is not installed never ran.
+		if perr := p.delEachPlugin(ctx, list, rt, true); perr != nil {
+			return fmt.Errorf("GC of sandbox %s on network %q: %w", id, e.Network, errors.Join(err, perr))
+		}
+	}
+	return nil
+}
+
+// gcNetwork calls the plugins' CNI GC on list (see GC, step 2). It holds
+// gcMu so that no ADD of netshim runs meanwhile, and reads the live set,
+// the cache and the ledger again under it: what step 1 deleted is gone
+// from both, what it failed to delete is still there and so stays valid.
+func (p *Plugin) gcNetwork(ctx context.Context, list *libcni.NetworkConfigList) error {
 	if err := p.lockForGC(ctx); err != nil {
 		return err
 	}
@@ -248,19 +396,18 @@ func (p *Plugin) gcNetwork(ctx context.Context, list *libcni.NetworkConfigList, 
 	if err != nil {
 		return err
 	}
-	for id := range keep {
-		live[id] = true
+	cached, err := p.cni.GetCachedAttachments("")
+	if err != nil {
+		return fmt.Errorf("CNI GC of network %q: reading libcni's cache: %w", list.Name, err)
 	}
-	ids := make([]string, 0, len(live))
-	for id := range live {
-		ids = append(ids, id)
+	owned, err := p.ledger.all()
+	if err != nil {
+		// An unreadable record may be a live attachment of netshim's that
+		// the plugins would free: skip this pass rather than risk it.
+		return fmt.Errorf("CNI GC of network %q skipped: %w", list.Name, err)
 	}
-	sort.Strings(ids)
-	valid := make([]types.GCAttachment, 0, len(ids))
-	for _, id := range ids {
-		valid = append(valid, types.GCAttachment{ContainerID: id, IfName: podInterfaceName})
-	}
-	if err := p.cni.GCNetworkList(ctx, list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+	valid := validAttachments(live, cached, owned)
+	if err := p.gcCNI.GCNetworkList(ctx, list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
 		return fmt.Errorf("CNI GC of network %q: %w", list.Name, err)
 	}
 	return nil

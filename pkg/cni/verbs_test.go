@@ -33,7 +33,7 @@ func newVerbsEnv(t *testing.T, conf string, tweak func(*Options)) *testEnv {
 		env.host.setNetNS(pod.SandboxID, "/proc/42/ns/net")
 	}
 	opts := Options{
-		ConfDir: env.confDir, BinDirs: []string{"/fake/bin"}, CacheDir: t.TempDir(), Exec: env.exec,
+		ConfDir: env.confDir, BinDirs: []string{"/fake/bin"}, CacheDir: t.TempDir(), StateDir: t.TempDir(), Exec: env.exec,
 		SyncPeriod: time.Hour, Debounce: 10 * time.Millisecond, StatusPeriod: time.Hour, GCPeriod: -1,
 		probeFirewall: noFirewall,
 	}
@@ -156,8 +156,9 @@ func TestGC(t *testing.T) {
 			if got := callNames(gcs); got != "GC bridge, GC portmap, GC bandwidth" {
 				t.Fatalf("GC calls = %s", got)
 			}
+			// The live sandboxes' pod interfaces and everything still cached.
 			checkJSON(t, "valid attachments", gcs[0].Conf["cni.dev/valid-attachments"],
-				`[{"containerID":"`+testPod.SandboxID+`","ifname":"eth0"},{"containerID":"`+podA.SandboxID+`","ifname":"eth0"}]`)
+				`[{"containerID":"`+testPod.SandboxID+`","ifname":"eth0"},{"containerID":"`+podA.SandboxID+`","ifname":"eth0"},{"containerID":"`+podA.SandboxID+`","ifname":"lo"}]`)
 
 			// A second pass has nothing left to DEL.
 			env.exec.Reset()
@@ -198,7 +199,153 @@ func TestGCUsesCachedConfigAndKeepsFailedDeletes(t *testing.T) {
 		t.Fatalf("GC calls = %v", gcs)
 	}
 	checkJSON(t, "valid attachments", gcs[0].Conf["cni.dev/valid-attachments"],
-		`[{"containerID":"`+podA.SandboxID+`","ifname":"eth0"},{"containerID":"`+podB.SandboxID+`","ifname":"eth0"}]`)
+		`[{"containerID":"`+podA.SandboxID+`","ifname":"eth0"},{"containerID":"`+podA.SandboxID+`","ifname":"lo"},{"containerID":"`+podB.SandboxID+`","ifname":"eth0"}]`)
+}
+
+// addForeign makes an attachment the way another runtime sharing libcni's
+// cache directory would: libcni's own ADD, not netshim's.
+func addForeign(t *testing.T, env *testEnv, conf, containerID string) {
+	t.Helper()
+	list, err := libcni.ConfListFromBytes([]byte(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := libcni.NewCNIConfigWithCacheDir([]string{"/fake/bin"}, env.plugin.opts.CacheDir, env.exec)
+	rt := &libcni.RuntimeConf{ContainerID: containerID, NetNS: "/proc/77/ns/net", IfName: "eth0",
+		Args: [][2]string{{"K8S_POD_INFRA_CONTAINER_ID", containerID}}}
+	if _, err := other.AddNetworkList(context.Background(), list, rt); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGCLeavesOtherRuntimesAlone: libcni's cache holds attachments of
+// another runtime, on another network and on netshim's own network name.
+// GC must DEL only netshim's stale attachment and pass the others to the
+// plugins' GC as valid.
+func TestGCLeavesOtherRuntimesAlone(t *testing.T) {
+	const foreignOtherNet, foreignSameNet = "podmanAAAAAAAAAA", "containerdBBBBBB"
+	env := newVerbsEnv(t, testConfList11, nil)
+	setUp(t, env, podA, podB)
+	addForeign(t, env, `{"cniVersion":"1.0.0","name":"podman","plugins":[{"type":"bridge"}]}`, foreignOtherNet)
+	addForeign(t, env, testConfList11, foreignSameNet)
+	env.exec.Reset()
+	env.host.setLive(nil, podA.SandboxID)
+
+	if err := env.plugin.GC(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range env.exec.callsOf("DEL") {
+		if c.ContainerID != podB.SandboxID {
+			t.Errorf("GC ran %s for %s, which netshim never made", c, c.ContainerID)
+		}
+	}
+	if got := callNames(env.exec.callsOf("DEL")); got != "DEL loopback, DEL bandwidth, DEL portmap, DEL bridge" {
+		t.Errorf("DEL calls = %s, want netshim's stale pod B deleted", got)
+	}
+	gcs := env.exec.callsOf("GC")
+	if len(gcs) != 3 {
+		t.Fatalf("GC calls = %s", callNames(gcs))
+	}
+	checkJSON(t, "valid attachments", gcs[0].Conf["cni.dev/valid-attachments"],
+		`[{"containerID":"`+foreignSameNet+`","ifname":"eth0"},{"containerID":"`+foreignOtherNet+`","ifname":"eth0"},`+
+			`{"containerID":"`+podA.SandboxID+`","ifname":"eth0"},{"containerID":"`+podA.SandboxID+`","ifname":"lo"}]`)
+	left, err := env.plugin.cni.GetCachedAttachments("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, a := range left {
+		ids = append(ids, a.ContainerID+"/"+a.Network+"/"+a.IfName)
+	}
+	if got, want := strings.Join(ids, " "), "sandboxAAAAAAAA/cni-loopback/lo podmanAAAAAAAAAA/podman/eth0 containerdBBBBBB/testnet/eth0 sandboxAAAAAAAA/testnet/eth0"; got != want {
+		t.Errorf("cache after GC = %s, want %s", got, want)
+	}
+}
+
+// TestGCReleasesHalfDoneSetup: an ADD that failed halfway leaves no cache
+// entry, only netshim's record; GC DELs it with the recorded config once
+// the sandbox is gone, and forgets it.
+func TestGCReleasesHalfDoneSetup(t *testing.T) {
+	env := newVerbsEnv(t, testConfList11, nil)
+	env.exec.setErr("ADD portmap", errors.New("iptables says no"))
+	if err := env.plugin.SetUpPod(context.Background(), podB, nil, network.SetUpOptions{}); err == nil {
+		t.Fatal("setup succeeded")
+	}
+	env.exec.setErr("ADD portmap", nil)
+	env.exec.Reset()
+	env.host.setLive(nil)
+	if err := env.plugin.GC(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Loopback's ADD completed (it is cached); the pod network's did not.
+	dels := env.exec.callsOf("DEL")
+	if got := callNames(dels); got != "DEL loopback, DEL bandwidth, DEL portmap, DEL bridge" {
+		t.Fatalf("DEL calls = %s", got)
+	}
+	bridge := dels[3]
+	if bridge.ContainerID != podB.SandboxID || bridge.NetNS != "" || bridge.Conf["name"] != "testnet" || !strings.Contains(bridge.Args, "K8S_POD_NAME=b") {
+		t.Errorf("bridge DEL %+v", bridge)
+	}
+	if owned, err := env.plugin.ledger.all(); err != nil || len(owned) != 0 {
+		t.Errorf("ledger after GC = %v, %v; want empty", owned, err)
+	}
+	env.exec.Reset()
+	if err := env.plugin.GC(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(env.exec.callsOf("DEL")); n != 0 {
+		t.Errorf("second GC ran %d DELs", n)
+	}
+}
+
+func TestGCWithoutStateDirIsOff(t *testing.T) {
+	env := newVerbsEnv(t, testConfList11, func(o *Options) { o.StateDir = "" })
+	setUp(t, env, podA)
+	env.exec.Reset()
+	env.host.setLive(nil)
+	if err := env.plugin.GC(context.Background()); !errors.Is(err, errNoLedger) {
+		t.Fatalf("GC = %v", err)
+	}
+	if c := env.exec.Calls(); len(c) != 0 {
+		t.Errorf("GC without a ledger ran %s", callNames(c))
+	}
+}
+
+func TestPlanGC(t *testing.T) {
+	att := func(id, net, ifName string) *libcni.NetworkAttachment {
+		return &libcni.NetworkAttachment{ContainerID: id, Network: net, IfName: ifName}
+	}
+	ent := func(net, ifName string) ledgerEntry { return ledgerEntry{Network: net, IfName: ifName} }
+	owned := map[string][]ledgerEntry{
+		"ours-gone":   {ent("testnet", "eth0"), ent(loNetworkName, "lo")},
+		"ours-live":   {ent("testnet", "eth0")},
+		"ours-halfup": {ent("testnet", "eth0")},
+		"ours-renet":  {ent("oldnet", "eth0")},
+	}
+	cached := []*libcni.NetworkAttachment{
+		att("ours-gone", "testnet", "eth0"),
+		att("ours-gone", loNetworkName, "lo"),
+		att("ours-live", "testnet", "eth0"),
+		att("theirs", "testnet", "eth0"),     // same network, not recorded
+		att("theirs2", "podman", "eth0"),     // another network
+		att("ours-renet", "testnet", "eth0"), // netshim's ID, but this network was never recorded for it
+		att("ours-gone", "testnet", "net1"),  // netshim's ID and network, another interface
+	}
+	plan := planGC(cached, owned, map[string]bool{"ours-live": true})
+	var got []string
+	for _, a := range plan.staleCached {
+		got = append(got, "cached "+a.ContainerID+"/"+a.Network+"/"+a.IfName)
+	}
+	for _, r := range plan.staleRecorded {
+		got = append(got, "recorded "+r.id+"/"+r.entry.Network+"/"+r.entry.IfName)
+	}
+	want := []string{"cached ours-gone/testnet/eth0", "cached ours-gone/cni-loopback/lo", "recorded ours-halfup/testnet/eth0", "recorded ours-renet/oldnet/eth0"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("plan = %q, want %q", got, want)
+	}
+	if plan.foreign != 4 {
+		t.Errorf("foreign = %d, want 4", plan.foreign)
+	}
 }
 
 func TestGCWaitsForADDsInFlight(t *testing.T) {

@@ -65,6 +65,9 @@ type Options struct {
 	// Timeout bounds every CNI call (--cni-timeout); 0 is the cni
 	// plugin's default.
 	Timeout time.Duration
+	// StateDir is netshim's directory for the CNI attachment ledger (see
+	// cni.Options.StateDir); "" disables it.
+	StateDir string
 	// Exec runs the plugins; nil runs the binaries. Tests inject a fake.
 	Exec invoke.Exec
 }
@@ -107,6 +110,7 @@ func NewPlugin(opts Options) *Plugin {
 		inner: cni.NewPlugin(cni.Options{
 			BinDirs:  opts.BinDirs,
 			CacheDir: opts.CacheDir,
+			StateDir: opts.StateDir,
 			Timeout:  opts.Timeout,
 			Exec:     opts.Exec,
 		}),

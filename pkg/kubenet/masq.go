@@ -26,6 +26,13 @@ import (
 // across a restart or upgrade of netshim and must keep their egress. A
 // stale jump (from an older pod CIDR) is removed at the next set-up; an
 // operator who stops using kubenet removes the chain by hand (README).
+//
+// A (re)write is one iptables-restore --noflush transaction per family:
+// ":CHAIN - [0:0]" creates or empties the chain, the rules follow, and the
+// jump is fixed up in the same transaction, so the kernel swaps the whole
+// nat table at COMMIT. Flushing and re-adding rule by rule (what this did
+// before) leaves a window in which the chain is empty, i.e. pod egress
+// leaves unmasqueraded, and a failure halfway leaves it half-written.
 
 const masqComment = "netshim kubenet: masquerade pod traffic leaving the non-masquerade CIDR"
 
@@ -34,25 +41,54 @@ const masqComment = "netshim kubenet: masquerade pod traffic leaving the non-mas
 func masqChain(bridge string) string { return "NETSHIM-MASQ-" + bridge }
 
 // iptables runs iptables (v6: ip6tables) with args and returns its
-// combined output.
+// combined output; restore feeds input to iptables-restore --noflush (v6:
+// ip6tables-restore). Tests fake it to see the exact input without root.
 type iptables interface {
 	run(v6 bool, args ...string) (string, error)
+	restore(v6 bool, input string) error
 }
 
-type execIPTables struct{}
+// execIPTables runs the binaries. wrap, when set, is a command prefix
+// (tests run them under `ip netns exec` in a throwaway netns).
+type execIPTables struct {
+	wrap []string
+}
 
-func (execIPTables) run(v6 bool, args ...string) (string, error) {
+func (e execIPTables) command(ctx context.Context, bin string, args ...string) *exec.Cmd {
+	argv := append(append(append([]string(nil), e.wrap...), bin), args...)
+	return exec.CommandContext(ctx, argv[0], argv[1:]...)
+}
+
+func (e execIPTables) run(v6 bool, args ...string) (string, error) {
 	bin := "iptables"
 	if v6 {
 		bin = "ip6tables"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, append([]string{"-w"}, args...)...).CombinedOutput()
+	out, err := e.command(ctx, bin, append([]string{"-w"}, args...)...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+func (e execIPTables) restore(v6 bool, input string) error {
+	bin := "iptables-restore"
+	if v6 {
+		bin = "ip6tables-restore"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// --noflush: only the chains and rules named in the input change; the
+	// rest of the nat table (Docker's, kube-proxy's) is left alone.
+	cmd := e.command(ctx, bin, "-w", "--noflush")
+	cmd.Stdin = strings.NewReader(input)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s --noflush: %w: %s (input: %q)", bin, err, strings.TrimSpace(string(out)), input)
+	}
+	return nil
 }
 
 // ensureMasq writes the masquerade rules of both families: those of a
@@ -89,45 +125,48 @@ func ensureMasq(ipt iptables, chain string, podCIDRs, nonMasq []*net.IPNet) erro
 	return errors.Join(errs...)
 }
 
+// writeMasq replaces the chain's rules and makes the POSTROUTING jump
+// into it exist exactly once, for pod, in one iptables-restore
+// transaction (see renderMasq).
 func writeMasq(ipt iptables, v6 bool, chain string, pod *net.IPNet, nonMasq []*net.IPNet) error {
-	if out, err := ipt.run(v6, "-t", "nat", "-N", chain); err != nil && !strings.Contains(out, "exists") {
-		return err
-	}
-	if _, err := ipt.run(v6, "-t", "nat", "-F", chain); err != nil {
-		return err
-	}
-	rules := [][]string{{"-d", pod.String(), "-j", "RETURN"}}
-	for _, n := range nonMasq {
-		rules = append(rules, []string{"-d", n.String(), "-j", "RETURN"})
-	}
-	rules = append(rules, []string{"-j", "MASQUERADE"})
-	for _, r := range rules {
-		if _, err := ipt.run(v6, append([]string{"-t", "nat", "-A", chain}, r...)...); err != nil {
-			return err
-		}
-	}
-	// The jump: drop those for another pod CIDR, add ours if missing.
 	jumps, err := jumpRules(ipt, v6, chain)
 	if err != nil {
 		return err
 	}
+	return ipt.restore(v6, renderMasq(chain, pod, nonMasq, jumps))
+}
+
+// renderMasq is the iptables-restore --noflush input that sets chain to
+// its rules for pod and leaves exactly one POSTROUTING jump into it, the
+// one for pod: the jumps found (existing, as `-S` printed them) other than
+// the first one for pod are deleted (those of an older pod CIDR, and
+// duplicates), and the jump is appended if none is there.
+func renderMasq(chain string, pod *net.IPNet, nonMasq []*net.IPNet, existing []jumpRule) string {
+	var b strings.Builder
+	b.WriteString("*nat\n")
+	// Declaring a chain with --noflush creates it or, if it exists,
+	// empties it: the rules below are its complete new content.
+	fmt.Fprintf(&b, ":%s - [0:0]\n", chain)
+	fmt.Fprintf(&b, "-A %s -d %s -j RETURN\n", chain, pod)
+	for _, n := range nonMasq {
+		fmt.Fprintf(&b, "-A %s -d %s -j RETURN\n", chain, n)
+	}
+	fmt.Fprintf(&b, "-A %s -j MASQUERADE\n", chain)
 	have := false
-	for _, j := range jumps {
-		if argValue(j, "-s") == pod.String() && !have {
+	for _, j := range existing {
+		if argValue(j.args, "-s") == pod.String() && !have {
 			have = true
 			continue
 		}
-		if _, err := ipt.run(v6, append([]string{"-t", "nat", "-D", "POSTROUTING"}, j...)...); err != nil {
-			return err
-		}
+		// The rule as iptables printed it, "-A" turned into "-D": -S
+		// output is meant to be read back by iptables-restore.
+		fmt.Fprintf(&b, "-D %s\n", strings.TrimPrefix(j.line, "-A "))
 	}
 	if !have {
-		spec := []string{"-s", pod.String(), "-m", "comment", "--comment", masqComment, "-j", chain}
-		if _, err := ipt.run(v6, append([]string{"-t", "nat", "-A", "POSTROUTING"}, spec...)...); err != nil {
-			return err
-		}
+		fmt.Fprintf(&b, "-A POSTROUTING -s %s -m comment --comment %q -j %s\n", pod, masqComment, chain)
 	}
-	return nil
+	b.WriteString("COMMIT\n")
+	return b.String()
 }
 
 // removeMasq deletes the chain and the jumps to it, if any.
@@ -141,7 +180,7 @@ func removeMasq(ipt iptables, v6 bool, chain string) error {
 		return err
 	}
 	for _, j := range jumps {
-		if _, err := ipt.run(v6, append([]string{"-t", "nat", "-D", "POSTROUTING"}, j...)...); err != nil {
+		if _, err := ipt.run(v6, append([]string{"-t", "nat", "-D", "POSTROUTING"}, j.args...)...); err != nil {
 			return err
 		}
 	}
@@ -152,20 +191,27 @@ func removeMasq(ipt iptables, v6 bool, chain string) error {
 	return err
 }
 
-// jumpRules returns the POSTROUTING rules that jump to chain, each as the
-// arguments after "-A POSTROUTING".
-func jumpRules(ipt iptables, v6 bool, chain string) ([][]string, error) {
+// jumpRule is a POSTROUTING rule that jumps to netshim's chain: its line
+// as `iptables -S` printed it, and its arguments after "-A POSTROUTING".
+type jumpRule struct {
+	line string
+	args []string
+}
+
+// jumpRules returns the POSTROUTING rules that jump to chain.
+func jumpRules(ipt iptables, v6 bool, chain string) ([]jumpRule, error) {
 	out, err := ipt.run(v6, "-t", "nat", "-S", "POSTROUTING")
 	if err != nil {
 		return nil, err
 	}
-	var rules [][]string
+	var rules []jumpRule
 	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
 		args := splitRule(line)
 		if len(args) < 2 || args[0] != "-A" || args[1] != "POSTROUTING" || argValue(args, "-j") != chain {
 			continue
 		}
-		rules = append(rules, args[2:])
+		rules = append(rules, jumpRule{line: line, args: args[2:]})
 	}
 	return rules, nil
 }

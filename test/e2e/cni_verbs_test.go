@@ -290,24 +290,41 @@ func TestCNIV11GCFreesIPsOfVanishedSandboxes(t *testing.T) {
 		t.Errorf("libcni cache entries of the vanished sandbox remain")
 	}
 
-	// The periodic pass, with netshim running: an attachment of a sandbox
-	// that never existed for it (a copy of the live pod's cache entry and
-	// address under another container ID) is freed within a GC period.
-	// (The v1.9.1 plugins answer CNI GC but none implements it, host-local
-	// included, so what frees addresses is the DEL of stale cached
-	// attachments; the plugins' GC is checked in the unit tests.)
+	// The periodic pass, with netshim running: an attachment netshim never
+	// made (a copy of the live pod's cache entry and address under another
+	// container ID, as another runtime sharing libcni's cache would have)
+	// is left alone: GC only deletes what netshim's ledger records. Wait
+	// for a pass that saw it (logged as not netshim's), then check that
+	// its address and cache entry are still there.
 	fakeID := strings.Repeat("ab", 32)
 	stray := fmt.Sprintf("10.123.%d.200", e.slot)
 	entry := filepath.Join(e.cacheDir, "results", e.bridge+"-"+ids["live"]+"-eth0")
+	strayEntry := filepath.Join(e.cacheDir, "results", e.bridge+"-"+fakeID+"-eth0")
 	data := strayAttachment(t, readFile(t, entry), ids["live"], fakeID, ips["live"], stray)
-	if err := os.WriteFile(filepath.Join(e.cacheDir, "results", e.bridge+"-"+fakeID+"-eth0"), data, 0o600); err != nil {
+	if err := os.WriteFile(strayEntry, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(e.ipamStoreDir(), stray), []byte(fakeID+"\r\neth0"), 0o644); err != nil {
+	strayIP := filepath.Join(e.ipamStoreDir(), stray)
+	if err := os.WriteFile(strayIP, []byte(fakeID+"\r\neth0"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if !poll(10*time.Second, func() bool { _, held := e.ipamStore()[stray]; return !held }) {
-		t.Fatalf("the periodic GC did not free the stray %s\n%s", stray, e.logTail(40))
+	t.Cleanup(func() { _ = os.Remove(strayEntry); _ = os.Remove(strayIP) })
+	sawStray := func() bool {
+		for _, line := range strings.Split(readFile(t, e.logPath), "\n") {
+			if strings.Contains(line, `"CNI GC done"`) && strings.Contains(line, "notNetshims=1") {
+				return true
+			}
+		}
+		return false
+	}
+	if !poll(10*time.Second, sawStray) {
+		t.Fatalf("no GC pass saw the attachment netshim never made\n%s", e.logTail(40))
+	}
+	if e.ipamStore()[stray] != fakeID {
+		t.Fatalf("GC freed %s, held for a container netshim never made: store %v", stray, e.ipamStore())
+	}
+	if _, err := os.Stat(strayEntry); err != nil {
+		t.Fatalf("GC removed the cache entry of an attachment netshim never made: %v", err)
 	}
 	if e.ipamStore()[ips["live"]] != ids["live"] {
 		t.Fatalf("the periodic GC freed the live pod's IP %s", ips["live"])
