@@ -108,8 +108,11 @@ func TestNetworkStartupTearDownOfDeadPod(t *testing.T) {
 	if left := grepRules(rules, dead); len(left) > 0 {
 		t.Errorf("nat rules naming the dead pod remain: %q", left)
 	}
-	log := e.logTail(200)
-	if !strings.Contains(log, "Tore down the network of a sandbox whose infra container is not running") {
+	// The line is logged once the DEL has returned, a moment after the
+	// plugin freed the address.
+	if !poll(5*time.Second, func() bool {
+		return strings.Contains(e.logTail(200), "Tore down the network of a sandbox whose infra container is not running")
+	}) {
 		t.Errorf("netshim's log does not report the start-up teardown")
 	}
 
