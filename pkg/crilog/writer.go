@@ -46,6 +46,10 @@ type Writer struct {
 	create  bool // a missing file is made, on open and on Reopen
 	maxLine int  // longest content of one entry; tests lower it
 
+	// writeErr, when set, fails each write with its error before it
+	// reaches the file (tests inject a full disk).
+	writeErr func() error
+
 	mu  sync.Mutex
 	f   *os.File // nil once closed
 	buf []byte   // reused to format a Write
@@ -115,6 +119,11 @@ func (w *Writer) Write(stream Stream, ts time.Time, content []byte, partial bool
 			break
 		}
 		content = rest
+	}
+	if w.writeErr != nil {
+		if err := w.writeErr(); err != nil {
+			return fmt.Errorf("crilog: write %s: %w", w.path, err)
+		}
 	}
 	if _, err := w.f.Write(w.buf); err != nil {
 		return fmt.Errorf("crilog: write %s: %w", w.path, err)
