@@ -90,7 +90,9 @@ func TestStartContainerWritesCRILog(t *testing.T) {
 
 func TestStartContainerRefusesUnwritableLog(t *testing.T) {
 	e := newPodEnv(t)
-	// A file where the log directory should be.
+	id := e.create(t, ctrConfig("logger"))
+	// A file where the log directory should be, made after the create
+	// (which would have refused it).
 	blocker := e.sandbox.LogDirectory
 	if err := os.MkdirAll(blocker, 0o755); err != nil {
 		t.Fatal(err)
@@ -98,7 +100,6 @@ func TestStartContainerRefusesUnwritableLog(t *testing.T) {
 	if err := os.WriteFile(blocker+"/logger", []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id := e.create(t, ctrConfig("logger"))
 	_, err := e.ds.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: id})
 	if codeOf(err) != codes.FailedPrecondition {
 		t.Fatalf("got %v, want FailedPrecondition", err)
