@@ -35,9 +35,13 @@ func (ds *DockerService) ReopenContainerLog(ctx context.Context, r *runtimeapi.R
 	}
 	err = ds.containers.logs.Reopen(rec.ID)
 	if errors.Is(err, crilog.ErrNotFollowing) {
-		// The follower ended (its stream broke) while the container runs:
-		// a new one opens a fresh file at the path, resuming after the
-		// last line of the rotated one.
+		// No follower although the container runs: its setup failed when
+		// netshim started, or it gave up on an unusable file. A new one
+		// opens a fresh file at the path (checked again), resuming after
+		// the last line of the rotated one.
+		if err = ds.checkLogFilePath(info.logPath); err != nil {
+			return nil, withCode(codes.FailedPrecondition, fmt.Errorf("reopening log of container %s: %w", rec.ID, err))
+		}
 		err = ds.containers.logs.Start(ctx, rec.ID, info.logPath, info.tty)
 	}
 	if err != nil {
