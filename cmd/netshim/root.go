@@ -100,6 +100,7 @@ func run(ctx context.Context, opts *options) error {
 			MTU:               opts.mtu,
 		},
 		StopTimeout: opts.stopTimeout,
+		RootDir:     opts.rootDir,
 	}, client, checkpoints, plugins)
 	if err != nil {
 		return err

@@ -29,5 +29,10 @@
 //   - the decoders turn Docker's byte stream (multiplexed, or raw for TTY
 //     containers) into timestamped messages;
 //   - Follower ties these together for one container, Manager keeps one
-//     Follower per container ID.
+//     Follower per container ID and restarts it, with back-off, while the
+//     container may still write (a broken stream, a full disk).
+//
+// The log path comes from a pod spec, so files are opened confined (see
+// NewWriter): no symlink is followed in any component, only a regular file
+// is opened, and an existing file is written only if it holds CRI entries.
 package crilog

@@ -35,16 +35,29 @@ var ErrNotFollowing = errors.New("crilog: container log is not being followed")
 // the end, and none could be when the follower is stopped mid-line: a
 // resumed follower continues that line.
 type Follower struct {
-	src         LogSource
-	containerID string
-	path        string
-	tty         bool
+	src  LogSource
+	spec followSpec
 
 	mu sync.Mutex
 	w  *Writer // nil until start opens the file
 
-	done chan struct{}
-	err  error // why it ended; written before done is closed
+	done    chan struct{}
+	err     error // why it ended; written before done is closed
+	written bool  // it wrote at least one entry; written before done is closed
+}
+
+// followSpec is what a Follower copies, and how.
+type followSpec struct {
+	id   string
+	path string
+	tty  bool
+	// until, when set, makes the follower a drain: the container has
+	// exited, the follower copies what Docker holds up to that time and
+	// ends, and a missing file is not created (kubelet removed it).
+	until time.Time
+	// writeErr, when set, is called before each write and fails it with
+	// its error: tests inject a full disk with it.
+	writeErr func() error
 }
 
 // Follow starts following containerID's log into the CRI log file at path,
@@ -53,15 +66,15 @@ type Follower struct {
 // returned. tty says whether the container has a terminal, in which case
 // Docker sends a raw stream instead of a multiplexed one.
 func Follow(ctx context.Context, src LogSource, containerID, path string, tty bool) (*Follower, error) {
-	f := newFollower(src, containerID, path, tty)
+	f := newFollower(src, followSpec{id: containerID, path: path, tty: tty})
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-func newFollower(src LogSource, containerID, path string, tty bool) *Follower {
-	return &Follower{src: src, containerID: containerID, path: path, tty: tty, done: make(chan struct{})}
+func newFollower(src LogSource, spec followSpec) *Follower {
+	return &Follower{src: src, spec: spec, done: make(chan struct{})}
 }
 
 // start sets the follower up, then copies in the background. On error the
@@ -70,7 +83,10 @@ func (f *Follower) start(ctx context.Context) error {
 	// Step 1: open the file. The lock makes a concurrent Reopen either come
 	// before (and then we open the fresh file) or act on our writer.
 	f.mu.Lock()
-	w, err := NewWriter(f.path)
+	w, err := newWriter(f.spec.path, f.spec.until.IsZero())
+	if err == nil {
+		w.writeErr = f.spec.writeErr
+	}
 	f.w = w
 	f.mu.Unlock()
 	if err != nil {
@@ -79,23 +95,27 @@ func (f *Follower) start(ctx context.Context) error {
 
 	// Step 2: find where the file left off. This comes after step 1, which
 	// cut off any torn last line: that entry is then asked for again.
-	rp, err := findResumePoint(f.path)
+	rp, err := findResumePoint(f.spec.path)
 	if err != nil {
 		w.Close()
-		return f.finish(fmt.Errorf("crilog: read %s: %w", f.path, err))
+		return f.finish(fmt.Errorf("crilog: read %s: %w", f.spec.path, err))
 	}
 
 	// Step 3: ask Docker for the stream from there. Docker's since is
 	// inclusive, so the replay starts at the file's last instant and dedup
-	// drops what the file already holds.
-	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true, Timestamps: true}
+	// drops what the file already holds. A drain does not follow: the
+	// container has exited, Docker sends what it holds and ends.
+	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: f.spec.until.IsZero(), Timestamps: true}
 	if !rp.last.IsZero() {
 		opts.Since = dockerSince(rp.last)
 	}
-	body, err := f.src.ContainerLogs(ctx, f.containerID, opts)
+	if !f.spec.until.IsZero() {
+		opts.Until = dockerSince(f.spec.until)
+	}
+	body, err := f.src.ContainerLogs(ctx, f.spec.id, opts)
 	if err != nil {
 		w.Close()
-		return f.finish(fmt.Errorf("crilog: logs of container %s: %w", f.containerID, err))
+		return f.finish(fmt.Errorf("crilog: logs of container %s: %w", f.spec.id, err))
 	}
 
 	// Step 4: copy in the background.
@@ -118,7 +138,8 @@ func (f *Follower) run(ctx context.Context, body io.ReadCloser, w *Writer, skip 
 	// body does so by itself; closing it makes sure for any source.
 	stop := context.AfterFunc(ctx, func() { body.Close() })
 
-	err := copyMessages(body, w, f.tty, skip)
+	n, err := copyMessages(body, w, f.spec.tty, skip)
+	f.written = n > 0
 	if stop() {
 		body.Close()
 	} else if err != nil {
@@ -130,26 +151,29 @@ func (f *Follower) run(ctx context.Context, body io.ReadCloser, w *Writer, skip 
 	return err
 }
 
-// copyMessages decodes the stream and writes what is new to w.
-func copyMessages(body io.Reader, w *Writer, tty bool, skip *dedup) error {
+// copyMessages decodes the stream and writes what is new to w. It returns
+// how many messages it wrote.
+func copyMessages(body io.Reader, w *Writer, tty bool, skip *dedup) (int, error) {
 	var dec decoder = newMuxDecoder(body)
 	if tty {
 		dec = newRawDecoder(body)
 	}
+	n := 0
 	for {
 		m, err := dec.next()
 		if err == io.EOF {
-			return nil
+			return n, nil
 		}
 		if err != nil {
-			return err
+			return n, err
 		}
 		if !skip.keep(&m) {
 			continue
 		}
 		if err := w.Write(m.stream, m.ts, m.content, !m.full); err != nil {
-			return err
+			return n, err
 		}
+		n++
 	}
 }
 
@@ -171,7 +195,7 @@ func (f *Follower) Reopen() error {
 	}
 	if err := w.Reopen(); err != nil {
 		if errors.Is(err, os.ErrClosed) {
-			return fmt.Errorf("%w: %s", ErrNotFollowing, f.containerID)
+			return fmt.Errorf("%w: %s", ErrNotFollowing, f.spec.id)
 		}
 		return err
 	}

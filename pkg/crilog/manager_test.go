@@ -48,7 +48,7 @@ func TestManagerStartIsIdempotentAndCleansUp(t *testing.T) {
 	}
 
 	// The container exits: Docker ends the stream and the follower goes.
-	f := m.get("c1").f
+	f := m.get("c1").current()
 	src.w.Close()
 	if err := wait(t, f); err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestManagerStop(t *testing.T) {
 		}
 	}
 
-	a := m.get("a").f
+	a := m.get("a").current()
 	m.Stop("a")
 	if m.get("a") != nil {
 		t.Error("a still followed after Stop")
@@ -93,7 +93,7 @@ func TestManagerStop(t *testing.T) {
 	}
 	m.Stop("a") // not followed: nothing to do
 
-	b, c := m.get("b").f, m.get("c").f
+	b, c := m.get("b").current(), m.get("c").current()
 	m.StopAll()
 	for _, f := range []*Follower{b, c} {
 		select {
@@ -146,7 +146,7 @@ func TestManagerFollowerOutlivesStartContext(t *testing.T) {
 	if err := m.Start(ctx, "c1", path, false); err != nil {
 		t.Fatal(err)
 	}
-	f := m.get("c1").f
+	f := m.get("c1").current()
 	cancel()
 	src.send(t, dockerMsg{frameStdout, at(1), "still here\n"}.frame())
 	src.w.Close()

@@ -123,8 +123,10 @@ func newestRotated(path string) (string, error) {
 
 // scanFileBackward calls visit with each complete line of the file at path,
 // last line first, until visit returns false. A missing file has no lines.
+// The file is opened as the writer opens it: no symlink followed, only a
+// regular file.
 func scanFileBackward(path string, visit func(line []byte) bool) error {
-	f, err := os.Open(path)
+	f, err := openFile(path, openRead)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil

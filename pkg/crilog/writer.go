@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 )
@@ -45,27 +43,40 @@ var ErrNewline = errors.New("crilog: log content contains a newline")
 // concurrent writers never interleave.
 type Writer struct {
 	path    string
-	maxLine int // longest content of one entry; tests lower it
+	create  bool // a missing file is made, on open and on Reopen
+	maxLine int  // longest content of one entry; tests lower it
+
+	// writeErr, when set, fails each write with its error before it
+	// reaches the file (tests inject a full disk).
+	writeErr func() error
 
 	mu  sync.Mutex
 	f   *os.File // nil once closed
 	buf []byte   // reused to format a Write
 }
 
-// NewWriter opens path for appending, creating it (mode 0640) and its parent
-// directories (mode 0755) as needed.
-//
-// Two leftovers are repaired on open. A symlink at path (how the Docker
-// runtime exposed Docker's JSON log) is removed, so that we never append CRI
-// entries to Docker's own file. An incomplete last line (a write cut short by
-// a crash or a full disk) is cut off: appending after it would glue the next
+// NewWriter opens the log file at path for appending, creating it (mode
+// 0640) and its missing parent directories (mode 0755). No symlink is
+// followed in any component of path, and an existing file is written only
+// if it is a regular file holding CRI entries (ErrUnsafeLogFile,
+// ErrNotCRILog otherwise). An incomplete last line (a write cut short by a
+// crash or a full disk) is cut off: appending after it would glue the next
 // entry onto it, and the follower re-fetches that entry from Docker anyway.
+//
+// A symlink at path (how the Docker runtime exposed Docker's JSON log) is
+// refused like any other, not replaced: it is not ours to remove.
 func NewWriter(path string) (*Writer, error) {
-	f, err := openLogFile(path)
+	return newWriter(path, true)
+}
+
+// newWriter is NewWriter; without create, a missing file is an error
+// (errors.Is fs.ErrNotExist) rather than made.
+func newWriter(path string, create bool) (*Writer, error) {
+	f, err := openLogFile(path, create)
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{path: path, maxLine: DefaultMaxLineSize, f: f}, nil
+	return &Writer{path: path, create: create, maxLine: DefaultMaxLineSize, f: f}, nil
 }
 
 // Write appends content as one line of stream, stamped ts. partial says the
@@ -109,6 +120,11 @@ func (w *Writer) Write(stream Stream, ts time.Time, content []byte, partial bool
 		}
 		content = rest
 	}
+	if w.writeErr != nil {
+		if err := w.writeErr(); err != nil {
+			return fmt.Errorf("crilog: write %s: %w", w.path, err)
+		}
+	}
 	if _, err := w.f.Write(w.buf); err != nil {
 		return fmt.Errorf("crilog: write %s: %w", w.path, err)
 	}
@@ -138,7 +154,7 @@ func (w *Writer) Reopen() error {
 	if w.f == nil {
 		return fmt.Errorf("crilog: reopen %s: %w", w.path, os.ErrClosed)
 	}
-	f, err := openLogFile(w.path)
+	f, err := openLogFile(w.path, w.create)
 	if err != nil {
 		return err
 	}
@@ -160,52 +176,4 @@ func (w *Writer) Close() error {
 	err := w.f.Close()
 	w.f = nil
 	return err
-}
-
-// openLogFile opens path for appending, after the repairs NewWriter
-// describes.
-func openLogFile(path string) (*os.File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("crilog: create log directory: %w", err)
-	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("crilog: remove log symlink: %w", err)
-		}
-	}
-	// O_RDWR rather than O_WRONLY only so that trimIncompleteLine can look
-	// at the end of the file; every write still goes to the end.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o640)
-	if err != nil {
-		return nil, fmt.Errorf("crilog: open log file: %w", err)
-	}
-	if err := trimIncompleteLine(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("crilog: repair %s: %w", path, err)
-	}
-	return f, nil
-}
-
-// trimIncompleteLine truncates f after its last newline.
-func trimIncompleteLine(f *os.File) error {
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	size := fi.Size()
-	if size == 0 {
-		return nil
-	}
-	last := make([]byte, 1)
-	if _, err := f.ReadAt(last, size-1); err != nil && err != io.EOF {
-		return err
-	}
-	if last[0] == '\n' {
-		return nil
-	}
-	nl, err := lastNewline(f, size)
-	if err != nil {
-		return err
-	}
-	return f.Truncate(nl + 1) // nl is -1 when there is no newline at all
 }

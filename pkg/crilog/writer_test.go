@@ -206,34 +206,6 @@ func TestNewWriterAppendsAndCutsTornLastLine(t *testing.T) {
 	}
 }
 
-// The Docker runtime left a symlink to Docker's JSON log at the path: it is
-// replaced by a real file and Docker's file is left alone.
-func TestNewWriterReplacesSymlink(t *testing.T) {
-	dir := t.TempDir()
-	target := filepath.Join(dir, "container-json.log")
-	json := `{"log":"x\n","stream":"stdout","time":"2024-01-02T03:04:05Z"}` + "\n"
-	if err := os.WriteFile(target, []byte(json), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "0.log")
-	if err := os.Symlink(target, path); err != nil {
-		t.Fatal(err)
-	}
-
-	w := newTestWriter(t, path)
-	mustWrite(t, w, Stdout, time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), "x", false)
-
-	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
-		t.Fatalf("path is not a regular file: %v %v", fi, err)
-	}
-	if got := readFile(t, target); got != json {
-		t.Errorf("Docker's log changed: %q", got)
-	}
-	if got, want := readFile(t, path), "2024-01-02T03:04:05Z stdout F x\n"; got != want {
-		t.Errorf("file = %q, want %q", got, want)
-	}
-}
-
 func ExampleWriter() {
 	dir, _ := os.MkdirTemp("", "crilog")
 	defer os.RemoveAll(dir)

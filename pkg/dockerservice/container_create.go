@@ -3,7 +3,6 @@ package dockerservice
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -23,6 +22,10 @@ import (
 func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 	cfg := r.GetConfig()
 	if err := validateContainerConfig(r); err != nil {
+		return nil, err
+	}
+	logPath, err := ds.containerLogPath(r.GetSandboxConfig().GetLogDirectory(), cfg.GetLogPath())
+	if err != nil {
 		return nil, err
 	}
 	if err := ds.requireSynced(); err != nil {
@@ -70,7 +73,6 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if stopSignal == "" {
 		stopSignal = "SIGTERM"
 	}
-	logPath := containerLogPath(r.GetSandboxConfig().GetLogDirectory(), cfg.GetLogPath())
 	labels, err := containerLabels(containerLabelsInput{
 		sandboxID:  sb.ID,
 		pod:        sbInfo.metadata,
@@ -182,21 +184,6 @@ func (ds *DockerService) nameConflict(ctx context.Context, name string, err erro
 		holder = "container " + c.ID
 	}
 	return withCode(codes.AlreadyExists, fmt.Errorf("container name %s is already in use by %s; remove it first, or create with another attempt number: %w", name, holder, err))
-}
-
-// containerLogPath is where kubelet reads the container's log: the
-// sandbox's log directory joined with the container's log path. A
-// relative path with no directory to anchor it means no log file.
-func containerLogPath(dir, path string) string {
-	switch {
-	case path == "":
-		return ""
-	case dir != "":
-		return filepath.Join(dir, path)
-	case filepath.IsAbs(path):
-		return filepath.Clean(path)
-	}
-	return ""
 }
 
 // imageRef is what the CRI calls the image ref: the repo digest of the

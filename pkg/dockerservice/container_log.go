@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -35,9 +35,13 @@ func (ds *DockerService) ReopenContainerLog(ctx context.Context, r *runtimeapi.R
 	}
 	err = ds.containers.logs.Reopen(rec.ID)
 	if errors.Is(err, crilog.ErrNotFollowing) {
-		// The follower ended (its stream broke) while the container runs:
-		// a new one opens a fresh file at the path, resuming after the
-		// last line of the rotated one.
+		// No follower although the container runs: its setup failed when
+		// netshim started, or it gave up on an unusable file. A new one
+		// opens a fresh file at the path (checked again), resuming after
+		// the last line of the rotated one.
+		if err = ds.checkLogFilePath(info.logPath); err != nil {
+			return nil, withCode(codes.FailedPrecondition, fmt.Errorf("reopening log of container %s: %w", rec.ID, err))
+		}
 		err = ds.containers.logs.Start(ctx, rec.ID, info.logPath, info.tty)
 	}
 	if err != nil {
@@ -52,26 +56,91 @@ func (ds *DockerService) ReopenContainerLog(ctx context.Context, r *runtimeapi.R
 // stream). Each follower resumes after the last line of its file, so
 // nothing is lost or written twice; one already running is left alone.
 //
-// Containers that exited while netshim was down are not resumed: their
-// file may already be rotated or removed by kubelet, and writing it again
-// would bring back what kubelet deleted.
+// After the first sync it also drains the containers that exited while
+// netshim was down: what they wrote between netshim's stop and their exit
+// is what `kubectl logs --previous` shows. Only those whose file still
+// exists: kubelet removes the file only with the container, and a file it
+// removed must stay removed. Later syncs need not drain: a container that
+// exits while netshim runs has its follower, which copies its log to the
+// end (or is restarted until it has).
+//
+// The work runs in the background; what must hold before the caller goes
+// on is done first: each container to drain is marked as copying, so that
+// its exit does not show before its log is complete (see visibleState).
 func (ds *DockerService) resumeContainerLogs(ctx context.Context) {
-	n := 0
+	type job struct {
+		rec   *store.Record
+		info  *containerInfo
+		drain bool
+		done  func() // ends the drain's mark
+	}
+	var jobs []job
+	drain := ds.containers.streams.firstSync()
 	for _, rec := range ds.store.List(store.KindContainer) {
 		info := containerInfoOf(rec)
-		if !rec.Running() || info.logPath == "" {
+		if info.logPath == "" {
 			continue
 		}
-		if err := ds.containers.logs.Start(ctx, rec.ID, info.logPath, info.tty); err != nil {
+		switch {
+		case rec.Running():
+			jobs = append(jobs, job{rec, info, false, nil})
+		case drain && rec.State == store.StateExited && rec.StartedAt != 0:
+			jobs = append(jobs, job{rec, info, true, ds.containers.streams.markStarting(rec.ID)})
+		}
+	}
+	go func() {
+		followed, drained := 0, 0
+		for i, j := range jobs {
 			if ctx.Err() != nil {
+				for _, j := range jobs[i:] {
+					if j.done != nil {
+						j.done()
+					}
+				}
 				return
 			}
-			klog.ErrorS(err, "Failed to resume copying a container's log", "containerID", rec.ID, "path", info.logPath)
-			continue
+			var err error
+			if j.drain {
+				err = ds.drainContainerLog(ctx, j.rec, j.info)
+				j.done()
+				if err == nil {
+					drained++
+				}
+			} else if err = ds.checkLogFilePath(j.info.logPath); err == nil {
+				if err = ds.containers.logs.Start(ctx, j.rec.ID, j.info.logPath, j.info.tty); err == nil {
+					followed++
+				}
+			}
+			if err != nil && ctx.Err() == nil {
+				klog.ErrorS(err, "Failed to resume copying a container's log", "containerID", j.rec.ID, "path", j.info.logPath)
+			}
 		}
-		n++
+		klog.V(2).InfoS("Container log followers resumed", "running", followed, "drained", drained)
+	}()
+}
+
+// drainClockSlack is added to a container's finish time for the end of
+// its drain. Docker stamps a log line when its copier reads it, which it
+// waits for (boundedly) before it records the exit: a line read in that
+// wait may carry a time just after the recorded finish.
+const drainClockSlack = time.Second
+
+// drainContainerLog copies the end of an exited container's log into its
+// file, if the file still exists.
+func (ds *DockerService) drainContainerLog(ctx context.Context, rec *store.Record, info *containerInfo) error {
+	if err := ds.checkLogFilePath(info.logPath); err != nil {
+		return err
 	}
-	klog.V(2).InfoS("Container log followers resumed", "count", n)
+	finished := time.Now()
+	if rec.FinishedAt != 0 {
+		finished = time.Unix(0, rec.FinishedAt).Add(drainClockSlack)
+	}
+	err := ds.containers.logs.Drain(ctx, rec.ID, info.logPath, info.tty, finished)
+	if errors.Is(err, fs.ErrNotExist) {
+		klog.V(4).InfoS("Log file of an exited container is gone; not writing it again", "containerID", rec.ID, "path", info.logPath)
+		return nil
+	}
+	return err
 }
 
 // logDrainGrace bounds how long an exited container is still reported
@@ -79,34 +148,34 @@ func (ds *DockerService) resumeContainerLogs(ctx context.Context) {
 // that does not end must not hide an exit for ever.
 const logDrainGrace = 5 * time.Second
 
-// logStreams wraps the Docker client as the followers' log source and
-// remembers which containers have a Docker log stream open. A follower
-// closes its stream only once it has written everything it read, so an
-// open stream means the file may still lack the container's last lines.
+// logStreams tells whether a container's log is still being copied.
 //
 // kubelet and critest read a container's log as soon as they see it
 // exited, and expect all of it there (containerd reports an exit only once
 // the container's output is copied), so the exit is reported only once
-// the stream is closed (see visibleState).
+// the follower has finished (see visibleState). A follower finishes when
+// the container has exited and Docker has sent it everything, restarts
+// included (crilog.Manager).
 type logStreams struct {
-	src crilog.LogSource
+	logs *crilog.Manager
 
-	mu   sync.Mutex
-	open map[string]*logStream
-	// starting holds containers being started whose follower is not set
-	// up yet: a container that exits at once must not show exited then.
-	starting map[string]bool
+	mu sync.Mutex
+	// starting holds containers whose follower is not set up yet, with
+	// when they were marked: one being started (it may exit at once) or
+	// one to drain after a restart.
+	starting map[string]time.Time
+	synced   bool // the first index sync has resumed the logs
 }
 
-func newLogStreams(src crilog.LogSource) *logStreams {
-	return &logStreams{src: src, open: map[string]*logStream{}, starting: map[string]bool{}}
+func newLogStreams(logs *crilog.Manager) *logStreams {
+	return &logStreams{logs: logs, starting: map[string]time.Time{}}
 }
 
-// markStarting says container id's log stream is about to open; the
-// returned function says it is open (or will not be).
+// markStarting says container id's log is about to be copied; the
+// returned function says its follower is set up (or will not be).
 func (l *logStreams) markStarting(id string) (done func()) {
 	l.mu.Lock()
-	l.starting[id] = true
+	l.starting[id] = time.Now()
 	l.mu.Unlock()
 	return func() {
 		l.mu.Lock()
@@ -115,77 +184,88 @@ func (l *logStreams) markStarting(id string) (done func()) {
 	}
 }
 
-type logStream struct {
-	io.ReadCloser
-	owner *logStreams
-	id    string
-	once  sync.Once
-	done  chan struct{} // closed by Close
-}
-
-// ContainerLogs implements crilog.LogSource.
-func (l *logStreams) ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error) {
-	rc, err := l.src.ContainerLogs(ctx, id, opts)
-	if err != nil {
-		return nil, err
-	}
-	s := &logStream{ReadCloser: rc, owner: l, id: id, done: make(chan struct{})}
-	l.mu.Lock()
-	l.open[id] = s
-	l.mu.Unlock()
-	return s, nil
-}
-
-func (s *logStream) Close() error {
-	s.once.Do(func() {
-		close(s.done)
-		s.owner.mu.Lock()
-		if s.owner.open[s.id] == s {
-			delete(s.owner.open, s.id)
-		}
-		s.owner.mu.Unlock()
-	})
-	return s.ReadCloser.Close()
-}
-
-// copying reports whether container id's log is still being copied.
-func (l *logStreams) copying(id string) bool {
+// firstSync reports whether this is the first call.
+func (l *logStreams) firstSync() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.open[id] != nil || l.starting[id]
+	first := !l.synced
+	l.synced = true
+	return first
 }
 
-// waitCopied waits until container id's log stream is closed, at most
-// timeout: a stopped container's exit then shows at once.
-func (l *logStreams) waitCopied(ctx context.Context, id string, timeout time.Duration) {
+// copyingSince reports whether container id's log is still being copied,
+// and since when.
+func (l *logStreams) copyingSince(id string) (time.Time, bool) {
 	l.mu.Lock()
-	s := l.open[id]
+	marked, starting := l.starting[id]
 	l.mu.Unlock()
-	if s == nil {
-		return
+	since, following := l.logs.Following(id)
+	switch {
+	case starting && following && marked.Before(since):
+		return marked, true
+	case following:
+		return since, true
 	}
+	return marked, starting
+}
+
+// waitCopied waits until container id's log is copied, at most timeout:
+// a stopped container's exit then shows at once.
+func (l *logStreams) waitCopied(ctx context.Context, id string, timeout time.Duration) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case <-s.done:
+	case <-l.logs.Done(id):
 	case <-t.C:
 	case <-ctx.Done():
 	}
 }
 
+// logStateTimeout bounds the inspect of logState: a Docker that does not
+// answer leaves the state unknown, and the follower is retried later.
+const logStateTimeout = 10 * time.Second
+
+// logState reads a container's state for its log follower: whether more
+// output may come. Docker is asked rather than the index, which learns of
+// an exit from an event that may come after the end of the log stream.
+func logState(client DockerClient) crilog.StateFunc {
+	return func(ctx context.Context, id string) crilog.ContainerState {
+		ctx, cancel := context.WithTimeout(ctx, logStateTimeout)
+		defer cancel()
+		c, err := client.ContainerInspect(ctx, id)
+		switch {
+		case errdefs.IsNotFound(err):
+			return crilog.StateGone
+		case err != nil || c.ContainerJSONBase == nil || c.State == nil:
+			return crilog.StateUnknown
+		case c.State.Running || c.State.Paused || c.State.Restarting:
+			return crilog.StateRunning
+		}
+		return crilog.StateExited
+	}
+}
+
 // visibleState is the state the CRI reports: containerState, except that
 // a container that exited is still running to its readers until its log
-// is copied (bounded by logDrainGrace).
+// is copied. That lasts at most logDrainGrace from the exit, or from when
+// the copy began for a container that exited while netshim was down.
 func (ds *DockerService) visibleState(rec *store.Record) runtimeapi.ContainerState {
 	st := containerState(rec)
 	if st != runtimeapi.ContainerState_CONTAINER_EXITED || rec.StartedAt == 0 {
 		return st
 	}
-	if rec.FinishedAt != 0 && time.Since(time.Unix(0, rec.FinishedAt)) > logDrainGrace {
+	since, copying := ds.containers.streams.copyingSince(rec.ID)
+	if !copying {
 		return st
 	}
-	if ds.containers.streams.copying(rec.ID) {
-		return runtimeapi.ContainerState_CONTAINER_RUNNING
+	if rec.FinishedAt != 0 {
+		from := time.Unix(0, rec.FinishedAt)
+		if since.After(from) {
+			from = since
+		}
+		if time.Since(from) > logDrainGrace {
+			return st
+		}
 	}
-	return st
+	return runtimeapi.ContainerState_CONTAINER_RUNNING
 }

@@ -6,11 +6,13 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/crilog"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -90,7 +92,9 @@ func TestStartContainerWritesCRILog(t *testing.T) {
 
 func TestStartContainerRefusesUnwritableLog(t *testing.T) {
 	e := newPodEnv(t)
-	// A file where the log directory should be.
+	id := e.create(t, ctrConfig("logger"))
+	// A file where the log directory should be, made after the create
+	// (which would have refused it).
 	blocker := e.sandbox.LogDirectory
 	if err := os.MkdirAll(blocker, 0o755); err != nil {
 		t.Fatal(err)
@@ -98,7 +102,6 @@ func TestStartContainerRefusesUnwritableLog(t *testing.T) {
 	if err := os.WriteFile(blocker+"/logger", []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id := e.create(t, ctrConfig("logger"))
 	_, err := e.ds.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: id})
 	if codeOf(err) != codes.FailedPrecondition {
 		t.Fatalf("got %v, want FailedPrecondition", err)
@@ -152,5 +155,119 @@ func TestExitShowsOnlyWithTheWholeLog(t *testing.T) {
 		if got := criLines(t, path); len(got) != 1 || got[0] != "stdout F last words" {
 			t.Fatalf("attempt %d: exited with log %q, want the last line in it", i, got)
 		}
+	}
+}
+
+// TestExitedWhileDownLogWrittenAfterRestart: what a container wrote between
+// netshim's stop and its exit reaches its file once netshim is back (it is
+// what `kubectl logs --previous` shows), and its exit shows only with the
+// whole log in the file. A container whose file kubelet removed does not
+// get it back.
+func TestExitedWhileDownLogWrittenAfterRestart(t *testing.T) {
+	e := newPodEnv(t)
+	id := e.create(t, ctrConfig("dies"))
+	path := e.status(t, id).LogPath
+	cfg := ctrConfig("removed")
+	removedID := e.create(t, cfg)
+	removedPath := e.status(t, removedID).LogPath
+	e.docker.addLog(id, false, "one\n")
+	e.start(t, id)
+	e.start(t, removedID)
+	waitLines(t, path, "stdout F one")
+
+	e.ds.Close() // netshim stops
+	e.docker.addLog(id, false, "two\n")
+	e.docker.addLog(id, true, "last words")
+	e.docker.exitBehindBack(id, 1, false)
+	e.docker.addLog(removedID, false, "gone\n")
+	e.docker.exitBehindBack(removedID, 0, false)
+	if err := os.Remove(removedPath); err != nil {
+		t.Fatal(err)
+	}
+
+	ds2, err := NewDockerService(Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake"}, e.docker, e.ckpt, []network.NetworkPlugin{&fakePlugin{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startService(t, ds2)
+	status := func(id string) *runtimeapi.ContainerStatus {
+		resp, err := ds2.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+	eventually(t, "the exit", func() bool {
+		return status(id).State == runtimeapi.ContainerState_CONTAINER_EXITED
+	})
+	// No wait here: exited means the log is complete.
+	if got, want := strings.Join(criLines(t, path), "|"), "stdout F one|stdout F two|stderr P last words"; got != want {
+		t.Errorf("log of the container that exited while netshim was down = %q, want %q", got, want)
+	}
+	eventually(t, "the drain to end", func() bool {
+		_, copying := ds2.containers.streams.copyingSince(removedID)
+		return !copying
+	})
+	if _, err := os.Lstat(removedPath); !os.IsNotExist(err) {
+		t.Errorf("removed log file written again: %v", err)
+	}
+	if got := status(removedID).State; got != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Errorf("container with a removed log: %v, want exited", got)
+	}
+}
+
+// logState tells a follower whether its container may still write.
+func TestLogState(t *testing.T) {
+	e := newPodEnv(t)
+	id := e.create(t, ctrConfig("c"))
+	e.start(t, id)
+	state := logState(e.docker)
+	if got := state(context.Background(), id); got != crilog.StateRunning {
+		t.Errorf("running container: %v", got)
+	}
+	e.docker.exitBehindBack(id, 0, false)
+	if got := state(context.Background(), id); got != crilog.StateExited {
+		t.Errorf("exited container: %v", got)
+	}
+	if _, err := e.ds.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(context.Background(), id); got != crilog.StateGone {
+		t.Errorf("removed container: %v", got)
+	}
+}
+
+// The exit of a container whose log is being copied shows only once the
+// copy is done, for at most logDrainGrace: counted from the exit, or from
+// when the copy began for a container that exited long ago while netshim
+// was down (the old rule counted from the exit only, so such a container
+// showed exited while its drain had barely begun).
+func TestVisibleStateWhileLogIsCopied(t *testing.T) {
+	e := newTestEnv(t)
+	now := time.Now()
+	cases := []struct {
+		name     string
+		finished time.Time
+		marked   bool
+		want     runtimeapi.ContainerState
+	}{
+		{"not copying", now, false, runtimeapi.ContainerState_CONTAINER_EXITED},
+		{"copying after a recent exit", now, true, runtimeapi.ContainerState_CONTAINER_RUNNING},
+		{"draining after an old exit", now.Add(-time.Hour), true, runtimeapi.ContainerState_CONTAINER_RUNNING},
+		{"old exit, not copying", now.Add(-time.Hour), false, runtimeapi.ContainerState_CONTAINER_EXITED},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &store.Record{
+				ID: fmt.Sprintf("c%d", i), Kind: store.KindContainer, State: store.StateExited,
+				StartedAt: tc.finished.Add(-time.Minute).UnixNano(), FinishedAt: tc.finished.UnixNano(),
+			}
+			if tc.marked {
+				defer e.ds.containers.streams.markStarting(rec.ID)()
+			}
+			if got := e.ds.visibleState(rec); got != tc.want {
+				t.Errorf("visibleState = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -17,7 +17,7 @@ import (
 // the index.
 type containerRuntime struct {
 	// logs copies each started container's Docker log into its CRI log
-	// file, reading it through streams.
+	// file; streams tells whether a container's copy is done.
 	logs    *crilog.Manager
 	streams *logStreams
 	// stats reads containers' CPU and memory usage from their cgroups.
@@ -33,10 +33,10 @@ type containerRuntime struct {
 }
 
 func newContainerRuntime(client DockerClient) *containerRuntime {
-	streams := newLogStreams(client)
+	logs := crilog.NewManager(client, crilog.WithStateFunc(logState(client)))
 	return &containerRuntime{
-		logs:            crilog.NewManager(streams),
-		streams:         streams,
+		logs:            logs,
+		streams:         newLogStreams(logs),
 		stats:           newStatsReader(),
 		killProcessTree: func(pid int) error { return killProcessTree("/proc", pid) },
 	}

@@ -3,14 +3,13 @@ package dockerservice
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/docker/docker/api/types/container"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -31,7 +30,7 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 	// Fail before Docker starts anything if the log file cannot be made:
 	// it is the commonest reason the follower could not start.
 	if info.logPath != "" {
-		if err := checkLogFile(info.logPath); err != nil {
+		if err := ds.prepareLogFile(info.logPath); err != nil {
 			return nil, withCode(codes.FailedPrecondition, fmt.Errorf("container %s: %w", id, err))
 		}
 	}
@@ -75,17 +74,20 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 	return &runtimeapi.StartContainerResponse{}, nil
 }
 
-// checkLogFile makes sure the CRI log file can be created (and its
-// directory: crictl's log directories need not exist).
-func checkLogFile(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("creating log directory: %w", err)
+// prepareLogFile makes sure the CRI log file can be written: the path
+// still passes the checks of CreateContainer (the file system may have
+// changed since, and a container created by an older netshim was never
+// checked), and the file and its missing directories can be made, confined
+// as the follower opens them (see container_logpath.go).
+func (ds *DockerService) prepareLogFile(path string) error {
+	if err := ds.checkLogFilePath(path); err != nil {
+		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	w, err := crilog.NewWriter(path)
 	if err != nil {
-		return fmt.Errorf("opening log file: %w", err)
+		return err
 	}
-	return f.Close()
+	return w.Close()
 }
 
 // killAfterFailedStart undoes a start whose log could not be set up. It

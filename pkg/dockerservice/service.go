@@ -37,6 +37,9 @@ type Config struct {
 	Network network.PluginConfig
 	// StopTimeout bounds how long a sandbox's containers get to exit.
 	StopTimeout time.Duration
+	// RootDir is netshim's state directory (--root-dir): no container log
+	// file may be inside it.
+	RootDir string
 }
 
 // DockerService implements the CRI on Docker.

@@ -93,7 +93,7 @@ func (ds *DockerService) watch(ctx context.Context, first chan struct{}) {
 			ds.recoverOnce.Do(func() { ds.recoverCheckpoints(ctx) })
 			ds.health.set(true, "")
 			klog.InfoS("Docker state index synced", "containers", ds.store.Len())
-			go ds.resumeContainerLogs(streamCtx)
+			ds.resumeContainerLogs(streamCtx) // marks, then works in the background
 			// Once the index is known, free what dead sandboxes still
 			// hold (sandbox_teardown_retry.go).
 			ds.startupTearDown.Do(func() { go ds.retryPendingTearDowns(ctx) })

@@ -1,0 +1,351 @@
+package crilog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// liveSource is Docker's log of one container that runs until the test
+// says otherwise. Like Docker, each request gets every message stamped at
+// or after its since, then (when following) the new ones as they come;
+// the stream ends when the container exits, or when the test breaks it.
+type liveSource struct {
+	t *testing.T
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every change
+	msgs    []dockerMsg
+	state   ContainerState
+	broken  map[int]bool // streams (by request number) the test ended
+	calls   []logsCall
+}
+
+func newLiveSource(t *testing.T) *liveSource {
+	return &liveSource{t: t, changed: make(chan struct{}), state: StateRunning, broken: map[int]bool{}}
+}
+
+func (s *liveSource) change(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *liveSource) add(m dockerMsg)            { s.change(func() { s.msgs = append(s.msgs, m) }) }
+func (s *liveSource) setState(st ContainerState) { s.change(func() { s.state = st }) }
+
+// breakStream ends request n's stream (1-based) although the container runs.
+func (s *liveSource) breakStream(n int) { s.change(func() { s.broken[n] = true }) }
+
+func (s *liveSource) stateOf(context.Context, string) ContainerState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+func (s *liveSource) callList() []logsCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]logsCall(nil), s.calls...)
+}
+
+func (s *liveSource) ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error) {
+	since := parseSince(s.t, opts.Since)
+	s.mu.Lock()
+	s.calls = append(s.calls, logsCall{id, opts})
+	n := len(s.calls)
+	s.mu.Unlock()
+	pr, pw := io.Pipe()
+	go func() {
+		sent := 0
+		for {
+			s.mu.Lock()
+			msgs := s.msgs[sent:]
+			sent = len(s.msgs)
+			end := s.state != StateRunning || !opts.Follow
+			broken := s.broken[n]
+			changed := s.changed
+			s.mu.Unlock()
+			if broken {
+				pw.Close()
+				return
+			}
+			for _, m := range msgs {
+				if m.ts.Before(since) {
+					continue
+				}
+				if _, err := pw.Write(m.frame()); err != nil {
+					return
+				}
+			}
+			if end {
+				pw.Close()
+				return
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				pw.CloseWithError(ctx.Err())
+				return
+			}
+		}
+	}()
+	return pr, nil
+}
+
+// eventually polls cond, boundedly.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitLines waits until the file at path holds exactly want.
+func waitLines(t *testing.T, path string, want ...string) {
+	t.Helper()
+	var all string
+	for _, w := range want {
+		all += w
+	}
+	eventually(t, fmt.Sprintf("%s to hold %q", path, all), func() bool {
+		b, _ := os.ReadFile(path)
+		return string(b) == all
+	})
+}
+
+// stepRestart waits until the manager waits to restart, and lets it,
+// checking that the wait is delay long.
+func stepRestart(t *testing.T, clk *testingclock.FakeClock, delay time.Duration) {
+	t.Helper()
+	eventually(t, "a restart to be scheduled", clk.HasWaiters)
+	clk.Step(delay - time.Millisecond)
+	if !clk.HasWaiters() {
+		t.Fatalf("restart due before %v", delay)
+	}
+	clk.Step(time.Millisecond)
+}
+
+func newSupervised(t *testing.T, src *liveSource) (*Manager, *testingclock.FakeClock) {
+	clk := testingclock.NewFakeClock(time.Now())
+	m := NewManager(src, WithStateFunc(src.stateOf), WithClock(clk))
+	t.Cleanup(m.StopAll)
+	return m, clk
+}
+
+// TestFollowerRestartsWhenStreamEndsWhileRunning: Docker ended the stream
+// (its log reader failed, dockerd restarted) while the container runs.
+// The old manager dropped the follower and the container's later output
+// never reached the file.
+func TestFollowerRestartsWhenStreamEndsWhileRunning(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	src := newLiveSource(t)
+	m, clk := newSupervised(t, src)
+	src.add(dockerMsg{frameStdout, at(1), "one\n"})
+	src.add(dockerMsg{frameStdout, at(2), "two, first chunk|"})
+	if err := m.Start(context.Background(), "c1", path, false); err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, path, entry(at(1), Stdout, "F", "one"), entry(at(2), Stdout, "P", "two, first chunk|"))
+
+	src.breakStream(1)
+	// Written while no stream is open: the restart fetches them.
+	src.add(dockerMsg{frameStdout, at(2), "second chunk\n"})
+	src.add(dockerMsg{frameStderr, at(3), "three\n"})
+	stepRestart(t, clk, restartMinDelay)
+
+	want := []string{
+		entry(at(1), Stdout, "F", "one"),
+		entry(at(2), Stdout, "P", "two, first chunk|"),
+		entry(at(2), Stdout, "F", "second chunk"),
+		entry(at(3), Stderr, "F", "three"),
+	}
+	waitLines(t, path, want...)
+	if _, ok := m.Following("c1"); !ok {
+		t.Fatal("container no longer followed after the restart")
+	}
+	calls := src.callList()
+	if len(calls) != 2 || calls[1].opts.Since != dockerSince(at(2)) || !calls[1].opts.Follow {
+		t.Errorf("calls = %+v, want a second one following since %s", calls, dockerSince(at(2)))
+	}
+
+	// Still copying: new output arrives, then the container exits and
+	// the follower ends once the stream has ended.
+	src.add(dockerMsg{frameStdout, at(4), "four\n"})
+	src.setState(StateExited)
+	select {
+	case <-m.Done("c1"):
+	case <-time.After(10 * time.Second):
+		t.Fatal("follower did not end after the exit")
+	}
+	waitLines(t, path, append(want, entry(at(4), Stdout, "F", "four"))...)
+	if _, ok := m.Following("c1"); ok {
+		t.Error("exited container still followed")
+	}
+}
+
+// TestFollowerRestartsAfterFullDisk: a write fails with ENOSPC; once
+// space is back the follower goes on after the last line it wrote.
+func TestFollowerRestartsAfterFullDisk(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	src := newLiveSource(t)
+	m, clk := newSupervised(t, src)
+	var mu sync.Mutex
+	full := false
+	m.writeErr = func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if full {
+			return syscall.ENOSPC
+		}
+		return nil
+	}
+	setFull := func(v bool) { mu.Lock(); full = v; mu.Unlock() }
+
+	src.add(dockerMsg{frameStdout, at(1), "one\n"})
+	if err := m.Start(context.Background(), "c1", path, false); err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, path, entry(at(1), Stdout, "F", "one"))
+
+	setFull(true)
+	src.add(dockerMsg{frameStdout, at(2), "two\n"})
+	// The write fails and the follower ends; the restarts fail too while
+	// the disk is full, each after twice the delay before.
+	stepRestart(t, clk, restartMinDelay)
+	eventually(t, "the second stream", func() bool { return len(src.callList()) == 2 })
+	stepRestart(t, clk, 2*restartMinDelay)
+	eventually(t, "the third stream", func() bool { return len(src.callList()) == 3 })
+
+	setFull(false)
+	src.add(dockerMsg{frameStdout, at(3), "three\n"})
+	stepRestart(t, clk, 4*restartMinDelay)
+	waitLines(t, path,
+		entry(at(1), Stdout, "F", "one"),
+		entry(at(2), Stdout, "F", "two"),
+		entry(at(3), Stdout, "F", "three"))
+	if n := len(src.callList()); n != 4 {
+		t.Errorf("%d streams, want 4", n)
+	}
+	if _, ok := m.Following("c1"); !ok {
+		t.Error("follower gone although the container runs")
+	}
+}
+
+// A removed container is not restarted, and neither is one whose file
+// became something netshim must not write.
+func TestFollowerNotRestarted(t *testing.T) {
+	t.Run("container removed", func(t *testing.T) {
+		src := newLiveSource(t)
+		m, _ := newSupervised(t, src)
+		if err := m.Start(context.Background(), "c1", filepath.Join(t.TempDir(), "0.log"), false); err != nil {
+			t.Fatal(err)
+		}
+		src.setState(StateGone)
+		<-m.Done("c1") // bounded by the test timeout; ends at once
+		if n := len(src.callList()); n != 1 {
+			t.Errorf("%d streams, want 1", n)
+		}
+	})
+	t.Run("log file replaced by a symlink", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "0.log")
+		src := newLiveSource(t)
+		m, clk := newSupervised(t, src)
+		m.writeErr = func() error { return syscall.EIO }
+		src.add(dockerMsg{frameStdout, at(1), "one\n"})
+		if err := m.Start(context.Background(), "c1", path, false); err != nil {
+			t.Fatal(err)
+		}
+		// The write fails; meanwhile the file is swapped for a symlink.
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		target := filepath.Join(dir, "elsewhere")
+		mustSymlink(t, target, path)
+		stepRestart(t, clk, restartMinDelay)
+		<-m.Done("c1")
+		if _, err := os.Lstat(target); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("symlink target created: %v", err)
+		}
+	})
+}
+
+// TestDrain: the output a container wrote before it exited while netshim
+// was down is appended after the file's last line, and the drain ends.
+func TestDrain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	writeFile(t, path, entry(at(1), Stdout, "F", "one"))
+	src := newLiveSource(t)
+	src.setState(StateExited)
+	m, _ := newSupervised(t, src)
+	src.add(dockerMsg{frameStdout, at(1), "one\n"})
+	src.add(dockerMsg{frameStderr, at(2), "two\n"})
+	src.add(dockerMsg{frameStdout, at(3), "no newline"})
+	finished := at(4)
+	if err := m.Drain(context.Background(), "c1", path, false, finished); err != nil {
+		t.Fatal(err)
+	}
+	<-m.Done("c1")
+	checkLines(t, path,
+		entry(at(1), Stdout, "F", "one"),
+		entry(at(2), Stderr, "F", "two"),
+		entry(at(3), Stdout, "P", "no newline"))
+	calls := src.callList()
+	if len(calls) != 1 || calls[0].opts.Follow || calls[0].opts.Until != dockerSince(finished) || calls[0].opts.Since != dockerSince(at(1)) {
+		t.Errorf("calls = %+v, want one without follow, since %s until %s", calls, dockerSince(at(1)), dockerSince(finished))
+	}
+
+	// kubelet removed the file: it is not made again.
+	gone := filepath.Join(t.TempDir(), "c", "0.log")
+	if err := m.Drain(context.Background(), "c2", gone, false, finished); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Drain of a removed file = %v, want ErrNotExist", err)
+	}
+	if _, err := os.Lstat(filepath.Dir(gone)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("log directory made again: %v", err)
+	}
+	if _, ok := m.Following("c2"); ok {
+		t.Error("c2 followed")
+	}
+}
+
+// A drain that fails (full disk) is retried, a bounded number of times.
+func TestDrainRetriesBoundedly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	writeFile(t, path, "")
+	src := newLiveSource(t)
+	src.setState(StateExited)
+	m, clk := newSupervised(t, src)
+	m.writeErr = func() error { return syscall.ENOSPC }
+	src.add(dockerMsg{frameStdout, at(1), "one\n"})
+	if err := m.Drain(context.Background(), "c1", path, false, at(2)); err != nil {
+		t.Fatal(err)
+	}
+	delay := restartMinDelay
+	for i := range exitedRetries {
+		stepRestart(t, clk, delay)
+		eventually(t, fmt.Sprintf("retry %d", i+1), func() bool { return len(src.callList()) == i+2 })
+		delay *= 2
+	}
+	<-m.Done("c1")
+	if n := len(src.callList()); n != exitedRetries+1 {
+		t.Errorf("%d attempts, want %d", n, exitedRetries+1)
+	}
+}

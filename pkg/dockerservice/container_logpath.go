@@ -1,0 +1,126 @@
+package dockerservice
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/netshim/netshim/pkg/crilog"
+)
+
+// Where a container's CRI log goes is up to the pod spec: kubelet sends
+// the sandbox's log_directory (/var/log/pods/<ns>_<pod>_<uid>) and the
+// container's log_path (<container>/<restart>.log) relative to it. netshim
+// writes that file as root, so the pair is checked before anything is
+// created:
+//
+//   - log_directory is absolute and clean; log_path is relative, clean and
+//     has no ".." component, so the joined path is textually under the
+//     directory;
+//   - no component of the joined path that exists is a symlink, and the
+//     file, if it exists, is a regular file holding CRI entries (the same
+//     rules crilog applies, without the kernel's help, when the file is
+//     opened; this check only turns a bad path into a clear
+//     InvalidArgument before the container exists);
+//   - the file is not under netshim's own --root-dir.
+//
+// The directories need not exist yet. kubelet makes them before
+// CreateContainer, crictl users often do not: StartContainer makes the
+// missing ones, each relative to its parent's fd without following a
+// symlink (crilog.NewWriter), so making them cannot escape either.
+//
+// An empty log_path means no log file. A log_path with no log_directory
+// also means none, as with containerd: there is nothing to anchor it to.
+
+// containerLogPath checks the sandbox's log directory and the container's
+// log path, and returns the log file's path ("" for no log). Errors are
+// InvalidArgument and say what to fix.
+func (ds *DockerService) containerLogPath(dir, rel string) (string, error) {
+	if rel == "" || dir == "" {
+		return "", nil
+	}
+	switch {
+	case strings.ContainsRune(dir, 0):
+		return "", invalidArgf("pod sandbox log_directory %q contains a NUL byte", dir)
+	case !filepath.IsAbs(dir):
+		return "", invalidArgf("pod sandbox log_directory %q must be an absolute path", dir)
+	case filepath.Clean(dir) != dir:
+		return "", invalidArgf("pod sandbox log_directory %q is not a clean path: write it as %q", dir, filepath.Clean(dir))
+	case strings.ContainsRune(rel, 0):
+		return "", invalidArgf("container log_path %q contains a NUL byte", rel)
+	case filepath.IsAbs(rel):
+		return "", invalidArgf("container log_path %q must be relative to the pod sandbox's log_directory %s", rel, dir)
+	case hasDotDot(rel):
+		return "", invalidArgf("container log_path %q must not contain a \"..\" component: the log file must stay under the log_directory %s", rel, dir)
+	case rel == "." || strings.HasSuffix(rel, "/"):
+		return "", invalidArgf("container log_path %q must name a file under the log_directory %s", rel, dir)
+	case filepath.Clean(rel) != rel:
+		return "", invalidArgf("container log_path %q is not a clean path: write it as %q", rel, filepath.Clean(rel))
+	}
+	path := filepath.Join(dir, rel)
+	if !isUnder(path, dir) {
+		// Unreachable after the checks above; kept as the rule itself.
+		return "", invalidArgf("container log_path %q leaves the log_directory %s", rel, dir)
+	}
+	if err := ds.checkLogFilePath(path); err != nil {
+		return "", withCode(codes.InvalidArgument, err)
+	}
+	return path, nil
+}
+
+// checkLogFilePath applies the rules that hold for a log file path however
+// it was obtained: from a CreateContainer just now, or from the label of a
+// container created by an older netshim. It only reads the file system.
+func (ds *DockerService) checkLogFilePath(path string) error {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return fmt.Errorf("log file path %q is not an absolute clean path", path)
+	}
+	for _, root := range rootDirForms(ds.cfg.RootDir) {
+		if isUnder(path, root) || path == root {
+			return fmt.Errorf("log file %s is inside netshim's root directory %s, which holds netshim's own state; use a log_directory outside it", path, root)
+		}
+	}
+	if err := crilog.Check(path); err != nil {
+		return fmt.Errorf("log file %s: %w", path, err)
+	}
+	return nil
+}
+
+// hasDotDot reports whether the slash-separated path has a ".." component.
+func hasDotDot(p string) bool {
+	for c := range strings.SplitSeq(p, "/") {
+		if c == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// isUnder reports whether the clean absolute path is strictly below dir.
+func isUnder(path, dir string) bool {
+	if dir == "/" {
+		return path != "/"
+	}
+	return strings.HasPrefix(path, dir+"/")
+}
+
+// rootDirForms is netshim's root directory as given and, if it differs,
+// with its symlinks resolved: a log path has no symlinks (they are
+// refused), so it can only be under the resolved form, yet an operator
+// reads the given one.
+func rootDirForms(rootDir string) []string {
+	if rootDir == "" {
+		return nil
+	}
+	abs, err := filepath.Abs(rootDir)
+	if err != nil {
+		return nil
+	}
+	forms := []string{abs}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		forms = append(forms, real)
+	}
+	return forms
+}
