@@ -33,9 +33,10 @@ var ErrGone = errors.New("the process has exited")
 // usable; use Open. Close it when done.
 type Process struct {
 	pid int
-	// fd is the pidfd, or -1 on kernels before 5.3, where the handle
-	// falls back to the pid and guards against reuse only through the
-	// checks made with Check (a window remains between check and signal).
+	// fd is the pidfd, or -1 where there is none (kernels before 5.3, or
+	// a seccomp profile that refuses pidfd_open): the handle then falls
+	// back to the pid and guards against reuse only through the checks
+	// made with Check, leaving a window between check and signal.
 	fd     int
 	closed bool
 }
@@ -51,7 +52,8 @@ func Open(pid int) (*Process, error) {
 		return &Process{pid: pid, fd: fd}, nil
 	case errors.Is(err, unix.ESRCH):
 		return nil, fmt.Errorf("pid %d: %w", pid, ErrGone)
-	case errors.Is(err, unix.ENOSYS):
+	case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM):
+		// pidfd_open needs no privilege: EPERM comes from seccomp.
 		return &Process{pid: pid, fd: -1}, nil
 	}
 	return nil, fmt.Errorf("opening a pidfd for pid %d: %w", pid, err)

@@ -263,3 +263,26 @@ func TestParseParentPid(t *testing.T) {
 		}
 	}
 }
+
+// Without pidfds (old kernels, seccomp), a handle falls back to the pid:
+// it still tells a live process from a gone one.
+func TestHandleWithoutPidfd(t *testing.T) {
+	cmd := sleeper(t)
+	p := &Process{pid: cmd.Process.Pid, fd: -1}
+	if err := p.Check(func(int) error { return nil }); err != nil {
+		t.Fatalf("Check on a live process: %v", err)
+	}
+	if err := p.Signal(unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := cmd.Process.Wait()
+	if ws, ok := st.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("process ended with %v, want SIGKILL", st)
+	}
+	if err := p.Signal(0); !errors.Is(err, ErrGone) {
+		t.Errorf("Signal(0) after exit: %v, want ErrGone", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
