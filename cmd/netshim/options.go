@@ -66,7 +66,7 @@ func defaultOptions() *options {
 func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", o.listen, "CRI endpoint to serve, as unix://PATH. The socket is created mode 0660, its directory if missing; a stale socket left by a crash is replaced.")
 	fs.StringVar(&o.dockerEndpoint, "docker-endpoint", o.dockerEndpoint, "Docker engine endpoint. The API version is negotiated, so any engine from API 1.41 (Docker 20.10) on works.")
-	fs.StringVar(&o.rootDir, "root-dir", o.rootDir, "Directory for netshim's state: sandbox checkpoints live in ROOT/sandbox, the record of the CNI attachments netshim made in ROOT/cni.")
+	fs.StringVar(&o.rootDir, "root-dir", o.rootDir, "Directory for netshim's state: sandbox checkpoints live in ROOT/sandbox, the record of the CNI attachments netshim made in ROOT/cni. One netshim per directory: ROOT/netshim.lock is locked (flock) for the daemon's life, and a second instance exits at once.")
 	fs.StringVar(&o.networkPlugin, "network-plugin", o.networkPlugin, "Pod network plugin: \"cni\" (the default network from --cni-conf-dir), \"kubenet\" (a built-in bridge network over --pod-cidr, no config file) or \"none\" (pods get loopback only).")
 	fs.StringVar(&o.cniBinDir, "cni-bin-dir", o.cniBinDir, "Comma-separated list of directories searched, in order, for CNI plugin binaries.")
 	fs.StringVar(&o.cniConfDir, "cni-conf-dir", o.cniConfDir, "Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is the default network. Watched (fsnotify), so a config added, changed or removed later takes effect within a fraction of a second, without a restart.")

@@ -55,6 +55,13 @@ func run(ctx context.Context, opts *options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	klog.InfoS("Starting netshim", "version", version.Version, "listen", opts.listen, "dockerEndpoint", opts.dockerEndpoint, "networkPlugin", opts.networkPlugin)
+	// First, before anything touches the socket, the checkpoints, the
+	// network or the CNI cache: only one netshim per root dir.
+	lock, err := lockRootDir(opts.rootDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	oomFloor, err := dockerservice.OOMScoreAdjFloor(opts.restrictOOMScoreAdj, "/proc")
 	if err != nil {
 		return err

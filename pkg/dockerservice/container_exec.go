@@ -5,12 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -18,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/procutil"
 )
 
 const (
@@ -40,7 +38,8 @@ const (
 // timeout the command is killed, with every process it started, and the
 // call fails with DeadlineExceeded, which kubelet reads as a probe
 // timeout. Docker has no API to kill an exec, so netshim kills it by its
-// host pid (it runs as root on the host, in Docker's pid namespace).
+// host pid (it runs as root on the host, in Docker's pid namespace),
+// checked first to still be a process of the container (see killExec).
 func (ds *DockerService) ExecSync(ctx context.Context, r *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
 	rec, err := ds.mustFindContainer(r.GetContainerId())
 	if err != nil {
@@ -81,7 +80,7 @@ func (ds *DockerService) execSync(ctx context.Context, id string, cmd []string) 
 	if err != nil {
 		// It may have started before the attach failed (a deadline hit
 		// mid-request).
-		ds.killExec(ctx, execID)
+		ds.killExec(ctx, id, execID)
 		return nil, fmt.Errorf("starting exec: %w", err)
 	}
 	out := newExecOutput(maxExecSyncOutput)
@@ -97,11 +96,11 @@ func (ds *DockerService) execSync(ctx context.Context, id string, cmd []string) 
 		// The hijacked connection ignores ctx: closing it ends the copy.
 		hj.Close()
 		<-copied
-		ds.killExec(ctx, execID)
+		ds.killExec(ctx, id, execID)
 		return nil, ctx.Err()
 	}
 	if err != nil {
-		ds.killExec(ctx, execID)
+		ds.killExec(ctx, id, execID)
 		return nil, fmt.Errorf("reading exec output: %w", err)
 	}
 
@@ -110,7 +109,7 @@ func (ds *DockerService) execSync(ctx context.Context, id string, cmd []string) 
 	exit, err := ds.waitExec(ctx, execID)
 	if err != nil {
 		if ctx.Err() != nil {
-			ds.killExec(ctx, execID)
+			ds.killExec(ctx, id, execID)
 			return nil, ctx.Err()
 		}
 		return nil, err
@@ -145,7 +144,14 @@ func (ds *DockerService) waitExec(ctx context.Context, execID string) (int, erro
 // killExec kills an exec's process tree and waits (briefly) until Docker
 // sees it gone, so that a caller looking right after finds nothing left.
 // It runs detached from ctx, which has usually ended.
-func (ds *DockerService) killExec(ctx context.Context, execID string) {
+//
+// The pid comes from Docker, which records an exec's exit a moment after
+// the fact: the process may be gone and its pid given to another process
+// by the time it is signalled. The kill goes through a pidfd, and only
+// after the pinned process was seen inside the container's cgroup
+// (procutil.KillInContainer); a pid that left the container is left
+// alone.
+func (ds *DockerService) killExec(ctx context.Context, containerID, execID string) {
 	ctx, cancel := context.WithTimeout(backgroundCtx(ctx), execKillTimeout)
 	defer cancel()
 	ins, err := ds.client.ContainerExecInspect(ctx, execID)
@@ -156,91 +162,18 @@ func (ds *DockerService) killExec(ctx context.Context, execID string) {
 	if !ins.Running || ins.Pid <= 0 {
 		return
 	}
-	if err := ds.containers.killProcessTree(ins.Pid); err != nil {
-		klog.ErrorS(err, "Failed to kill a timed-out exec", "execID", execID, "pid", ins.Pid)
+	if err := ds.containers.killExecTree(containerID, ins.Pid); err != nil {
+		if errors.Is(err, procutil.ErrNotInContainer) {
+			klog.InfoS("Not killing a timed-out exec: its process has exited and its pid now names another process", "execID", execID, "containerID", containerID, "pid", ins.Pid)
+			return
+		}
+		klog.ErrorS(err, "Failed to kill a timed-out exec", "execID", execID, "containerID", containerID, "pid", ins.Pid)
 		return
 	}
-	klog.V(2).InfoS("Killed timed-out exec", "execID", execID, "containerID", ins.ContainerID, "pid", ins.Pid)
+	klog.V(2).InfoS("Killed timed-out exec", "execID", execID, "containerID", containerID, "pid", ins.Pid)
 	if _, err := ds.waitExec(ctx, execID); err != nil {
 		klog.ErrorS(err, "Killed exec still shows running", "execID", execID, "pid", ins.Pid)
 	}
-}
-
-// killProcessTree SIGKILLs pid and all its descendants. The tree is first
-// frozen with SIGSTOP, level by level, so that no process can fork a child
-// the kill would miss; then every member is killed. Processes that are
-// gone already are skipped.
-func killProcessTree(procRoot string, pid int) error {
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		if errors.Is(err, syscall.ESRCH) {
-			return nil
-		}
-		return fmt.Errorf("stopping pid %d: %w", pid, err)
-	}
-	tree := map[int]bool{pid: true}
-	for {
-		children, err := childrenOf(procRoot, tree)
-		if err != nil {
-			// Kill what we know rather than leave it stopped.
-			killAll(tree)
-			return err
-		}
-		if len(children) == 0 {
-			break
-		}
-		for _, c := range children {
-			tree[c] = true
-			_ = syscall.Kill(c, syscall.SIGSTOP)
-		}
-	}
-	killAll(tree)
-	return nil
-}
-
-func killAll(pids map[int]bool) {
-	for p := range pids {
-		_ = syscall.Kill(p, syscall.SIGKILL)
-	}
-}
-
-// childrenOf lists the processes whose parent is in parents and that are
-// not in it themselves, from one pass over procRoot.
-func childrenOf(procRoot string, parents map[int]bool) ([]int, error) {
-	entries, err := os.ReadDir(procRoot)
-	if err != nil {
-		return nil, fmt.Errorf("listing processes: %w", err)
-	}
-	var out []int
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil || parents[p] {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "stat"))
-		if err != nil {
-			continue // exited meanwhile
-		}
-		if ppid, ok := parentPid(data); ok && parents[ppid] {
-			out = append(out, p)
-		}
-	}
-	return out, nil
-}
-
-// parentPid reads the ppid from /proc/<pid>/stat: "pid (comm) state ppid
-// ...", where comm may hold spaces and parentheses, so the fields are
-// counted from the last ')'.
-func parentPid(stat []byte) (int, bool) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	return ppid, err == nil
 }
 
 // execOutput collects an exec's two streams under one byte budget; what

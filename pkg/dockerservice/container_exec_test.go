@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +40,7 @@ func newExecEnv(t *testing.T) *execEnv {
 		return fakeExecBehavior{stdout: strings.Join(cmd, " ") + "\n"}
 	}
 	e.docker.mu.Unlock()
-	e.ds.containers.killProcessTree = func(pid int) error {
+	e.ds.containers.killExecTree = func(_ string, pid int) error {
 		e.mu.Lock()
 		e.killed = append(e.killed, pid)
 		e.mu.Unlock()
@@ -143,60 +144,89 @@ func TestExecOutputIsBounded(t *testing.T) {
 	}
 }
 
-// TestKillProcessTree runs a real process tree on the host and kills it.
-func TestKillProcessTree(t *testing.T) {
-	cmd := exec.Command("sh", "-c", "sleep 300 & sleep 300 & sh -c 'sleep 300' & wait")
+// strangerExec makes the test's execs report the pid of a real process of
+// the test's own, set to lie in otherCgroup as the (fake) procRoot tells:
+// what Docker's pid for an exec names once the exec's process has exited
+// and the kernel has given its pid away (otherCgroup outside the
+// container), or the exec's real process (inside). The real process
+// killer is used.
+func (e *execEnv) strangerExec(t *testing.T, cgroup string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "300")
 	if err := cmd.Start(); err != nil {
-		t.Skipf("cannot start sh: %v", err)
+		t.Fatalf("starting sleep: %v", err)
 	}
-	root := cmd.Process.Pid
-	var tree []int
-	eventually(t, "the children to start", func() bool {
-		kids, err := childrenOf("/proc", map[int]bool{root: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tree = kids
-		return len(kids) == 3
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
 	})
-	grandkids, _ := childrenOf("/proc", map[int]bool{tree[0]: true, tree[1]: true, tree[2]: true})
-	tree = append(tree, grandkids...)
-	if err := killProcessTree("/proc", root); err != nil {
+	pid := cmd.Process.Pid
+	procRoot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(procRoot, strconv.Itoa(pid)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
-	for _, p := range tree {
-		eventually(t, "pid "+strconv.Itoa(p)+" to die", func() bool { return !alive(p) })
+	if err := os.WriteFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"), []byte(cgroup), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	// Killing what is gone already is fine.
-	if err := killProcessTree("/proc", root); err != nil {
-		t.Errorf("second kill: %v", err)
-	}
+	e.docker.mu.Lock()
+	e.docker.extras().execPid = func() int { return pid }
+	e.docker.mu.Unlock()
+	e.ds.containers.procRoot = procRoot
+	e.ds.containers.killExecTree = e.ds.containers.killInContainer
+	return cmd
 }
 
-// alive: the process exists and is not a zombie (orphans are not reaped
-// on every machine).
-func alive(pid int) bool {
+// procState is a process's state letter from /proc ("" once gone).
+func procState(pid int) string {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return false
+		return ""
 	}
 	i := strings.LastIndexByte(string(data), ')')
 	f := strings.Fields(string(data[i+1:]))
-	return len(f) > 0 && f[0] != "Z" && f[0] != "X" && syscall.Kill(pid, 0) == nil
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }
 
-func TestParentPid(t *testing.T) {
-	for stat, want := range map[string]int{
-		"123 (sh) S 45 123 123 0 -1":         45,
-		"7 (a) b) (c) R 1 7 7 0 -1":          1,
-		"9 (weird name with spaces) S 2 9 9": 2,
-	} {
-		if got, ok := parentPid([]byte(stat)); !ok || got != want {
-			t.Errorf("parentPid(%q) = %d, %v; want %d", stat, got, ok, want)
-		}
+// A timed-out exec whose pid, by the time of the kill, names a process
+// outside the container (the exec's process exited, its pid was reused)
+// is not signalled: neither stopped nor killed.
+func TestExecSyncTimeoutSparesARecycledPid(t *testing.T) {
+	e := newExecEnv(t)
+	stranger := e.strangerExec(t, "0::/system.slice/docker-"+strings.Repeat("9", 64)+".scope\n")
+	_, err := e.exec([]string{"sleep", "100"}, 1)
+	if codeOf(err) != codes.DeadlineExceeded {
+		t.Fatalf("got %v, want DeadlineExceeded", err)
 	}
-	if _, ok := parentPid([]byte("garbage")); ok {
-		t.Error("parentPid accepted garbage")
+	if s := procState(stranger.Process.Pid); s != "S" && s != "R" {
+		t.Errorf("the process that got the exec's pid is in state %q, want it untouched", s)
+	}
+}
+
+// The same kill, for a pid that is the exec's (in the container's cgroup),
+// kills the real process.
+func TestExecSyncTimeoutKillsARealProcess(t *testing.T) {
+	e := newExecEnv(t)
+	proc := e.strangerExec(t, "12:pids:/docker/"+e.id+"\n0::/docker/"+e.id+"\n")
+	died := make(chan *os.ProcessState, 1)
+	go func() {
+		st, _ := proc.Process.Wait()
+		// Docker records the exit when the process dies.
+		e.docker.killPid(proc.Process.Pid)
+		died <- st
+	}()
+	_, err := e.exec([]string{"sleep", "100"}, 1)
+	if codeOf(err) != codes.DeadlineExceeded {
+		t.Fatalf("got %v, want DeadlineExceeded", err)
+	}
+	select {
+	case st := <-died:
+		if ws, ok := st.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("the exec's process ended with %v, want SIGKILL", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the exec's process was not killed")
 	}
 }

@@ -53,6 +53,10 @@ type fakeContainerExtras struct {
 	nextExec  int
 	logs      map[string][]fakeLogEntry
 	updateErr error
+
+	// execPid, if set, gives the host pid an exec reports (a real
+	// process's, for tests that kill for real); else pids are made up.
+	execPid func() int
 }
 
 // extras returns the container half, creating it. Called with f.mu held.
@@ -133,6 +137,9 @@ func (f *fakeDocker) ContainerExecAttach(_ context.Context, execID string, _ con
 	client, server := net.Pipe()
 	f.nextPid++
 	e.pid, e.started, e.running, e.server = f.nextPid, true, true, server
+	if x := f.extras(); x.execPid != nil {
+		e.pid = x.execPid()
+	}
 	b := e.behavior
 	go func() {
 		if b.stdout != "" {

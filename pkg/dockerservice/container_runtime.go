@@ -11,6 +11,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+	"github.com/netshim/netshim/pkg/procutil"
 )
 
 // containerRuntime is the state the workload-container RPCs keep besides
@@ -22,9 +23,18 @@ type containerRuntime struct {
 	streams *logStreams
 	// stats reads containers' CPU and memory usage from their cgroups.
 	stats *statsReader
-	// killProcessTree kills an exec'd process and its descendants (host
-	// pids); tests replace it.
-	killProcessTree func(pid int) error
+	// procRoot is where host processes are looked up: exec pids before
+	// a kill, infra pids before their netns is handed out ("/proc";
+	// tests point it at a fake).
+	procRoot string
+	// killExecTree kills an exec's process (host pid) and its
+	// descendants if the pid is still a process of the container; tests
+	// replace it.
+	killExecTree func(containerID string, pid int) error
+	// netnsPath returns the network namespace path of a container's
+	// process if the pid is still a process of the container; tests,
+	// whose pids are made up, replace it.
+	netnsPath func(containerID string, pid int) (string, error)
 
 	mu sync.Mutex
 	// cgroupDriver is Docker's, read once: it cannot change without a
@@ -34,12 +44,23 @@ type containerRuntime struct {
 
 func newContainerRuntime(client DockerClient) *containerRuntime {
 	logs := crilog.NewManager(client, crilog.WithStateFunc(logState(client)))
-	return &containerRuntime{
-		logs:            logs,
-		streams:         newLogStreams(logs),
-		stats:           newStatsReader(),
-		killProcessTree: func(pid int) error { return killProcessTree("/proc", pid) },
+	c := &containerRuntime{
+		logs:     logs,
+		streams:  newLogStreams(logs),
+		stats:    newStatsReader(),
+		procRoot: "/proc",
 	}
+	c.killExecTree = c.killInContainer
+	c.netnsPath = c.verifiedNetNSPath
+	return c
+}
+
+func (c *containerRuntime) killInContainer(containerID string, pid int) error {
+	return procutil.KillInContainer(c.procRoot, pid, containerID)
+}
+
+func (c *containerRuntime) verifiedNetNSPath(containerID string, pid int) (string, error) {
+	return procutil.NetNSPath(c.procRoot, pid, containerID)
 }
 
 // RuntimeConfig tells kubelet (1.36 asks) which cgroup driver to use: the

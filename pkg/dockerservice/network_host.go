@@ -2,10 +2,14 @@ package dockerservice
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/procutil"
 )
 
 // networkHost is the view of the service a network plugin gets.
@@ -13,15 +17,38 @@ type networkHost struct{ ds *DockerService }
 
 var _ network.Host = (*networkHost)(nil)
 
-// GetNetNS returns the sandbox's netns path, or "" once the infra container
-// is no longer running: the path is /proc/<pid>/ns/net of a live process,
-// and the pid comes from the state index, so no Docker call is made.
+// GetNetNS returns the sandbox's netns path, or "" once the index knows
+// the infra container is no longer running. The path is /proc/<pid>/ns/net
+// of the infra container's process, with the pid from the state index (no
+// Docker call). It fails, FailedPrecondition, when that process has exited
+// before the index heard of it: see sandboxNetNS.
 func (h *networkHost) GetNetNS(_ context.Context, sandboxID string) (string, error) {
 	r, ok := h.ds.store.Get(sandboxID)
-	if !ok {
+	if !ok || !r.Running() || r.Pid <= 0 {
 		return "", nil
 	}
-	return netnsPath(r.Running(), r.Pid), nil
+	return h.ds.sandboxNetNS(r)
+}
+
+// sandboxNetNS returns the netns path of a running sandbox's infra
+// container. The index's pid may be stale: the infra container can die
+// and the kernel give its pid to another process before Docker's event
+// reaches the index, and CNI would then configure (or tear down) that
+// process's network namespace. So the pid is checked first to still name
+// a process in the infra container's cgroup (procutil.NetNSPath); a pid
+// that does not gets a FailedPrecondition naming the sandbox as not
+// running, and its namespace is never handed out.
+func (ds *DockerService) sandboxNetNS(r *store.Record) (string, error) {
+	path, err := ds.containers.netnsPath(r.ID, r.Pid)
+	switch {
+	case err == nil:
+		return path, nil
+	case errors.Is(err, procutil.ErrNotInContainer):
+		return "", withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running: its infra container's process (pid %d) has exited and the pid now belongs to another process; not using that process's network namespace", r.ID, r.Pid))
+	case errors.Is(err, procutil.ErrGone):
+		return "", withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running: its infra container's process (pid %d) has exited", r.ID, r.Pid))
+	}
+	return "", fmt.Errorf("pod sandbox %s: checking its infra container's process (pid %d): %w", r.ID, r.Pid, err)
 }
 
 // GetPodPortMappings returns the sandbox's port mappings from its
@@ -65,11 +92,4 @@ func (h *networkHost) ListSandboxes(_ context.Context) ([]string, error) {
 		ids = append(ids, r.ID)
 	}
 	return ids, nil
-}
-
-func netnsPath(running bool, pid int) string {
-	if !running || pid <= 0 {
-		return ""
-	}
-	return fmt.Sprintf("/proc/%d/ns/net", pid)
 }

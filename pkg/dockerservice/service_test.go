@@ -3,6 +3,7 @@ package dockerservice
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -124,6 +125,8 @@ func (p *fakePlugin) held() int {
 // startService starts the index sync and stops it with the test.
 func startService(t testing.TB, ds *DockerService) {
 	t.Helper()
+	// The fake's pids are made up: no host process to check them against.
+	ds.containers.netnsPath = func(_ string, pid int) (string, error) { return fmt.Sprintf("/proc/%d/ns/net", pid), nil }
 	ctx, cancel := context.WithCancel(context.Background())
 	ds.Start(ctx)
 	t.Cleanup(func() {

@@ -107,18 +107,18 @@ func (ds *DockerService) PortForward(_ context.Context, r *runtimeapi.PortForwar
 }
 
 // PodNetNS returns the network namespace path of a running pod sandbox,
-// from the state index (no Docker call). It is the streaming server's way
-// into a pod for port-forward.
+// from the state index (no Docker call), once its infra container's pid is
+// checked to still be that container's (see sandboxNetNS). It is the
+// streaming server's way into a pod for port-forward.
 func (ds *DockerService) PodNetNS(_ context.Context, sandboxID string) (string, error) {
 	rec, ok := ds.store.Get(sandboxID)
 	if !ok || rec.Kind != store.KindSandbox {
 		return "", notFoundf("pod sandbox %s not found", sandboxID)
 	}
-	path := netnsPath(rec.Running(), rec.Pid)
-	if path == "" {
+	if !rec.Running() || rec.Pid <= 0 {
 		return "", withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running", sandboxID))
 	}
-	return path, nil
+	return ds.sandboxNetNS(rec)
 }
 
 // runningContainerForStream finds a workload container by ID or unique

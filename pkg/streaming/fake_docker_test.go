@@ -58,6 +58,7 @@ type fakeExec struct {
 	script    script
 	running   bool
 	exitCode  int
+	pid       int
 }
 
 type resizeCall struct {
@@ -85,6 +86,8 @@ type fakeDocker struct {
 	// nextScript is what the next exec created runs.
 	nextScript script
 	nextID     int
+	// nextPid is the host pid the next exec created reports.
+	nextPid int
 }
 
 var _ DockerAPI = (*fakeDocker)(nil)
@@ -117,7 +120,7 @@ func (f *fakeDocker) ContainerExecCreate(_ context.Context, id string, opts cont
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextID++
-	e := &fakeExec{id: fmt.Sprintf("exec-%d", f.nextID), container: id, opts: opts, script: f.nextScript}
+	e := &fakeExec{id: fmt.Sprintf("exec-%d", f.nextID), container: id, opts: opts, script: f.nextScript, pid: f.nextPid}
 	f.execs[e.id] = e
 	return container.ExecCreateResponse{ID: e.id}, nil
 }
@@ -158,7 +161,11 @@ func (f *fakeDocker) ContainerExecInspect(_ context.Context, execID string) (con
 	if !ok {
 		return container.ExecInspect{}, errdefs.ErrNotFound.WithMessage("no such exec")
 	}
-	return container.ExecInspect{ExecID: e.id, ContainerID: e.container, Running: e.running, ExitCode: e.exitCode}, nil
+	insp := container.ExecInspect{ExecID: e.id, ContainerID: e.container, Running: e.running, ExitCode: e.exitCode}
+	if e.running {
+		insp.Pid = e.pid
+	}
+	return insp, nil
 }
 
 func (f *fakeDocker) resize(target string, o container.ResizeOptions) error {

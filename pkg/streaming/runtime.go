@@ -15,6 +15,8 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/netshim/netshim/pkg/procutil"
 )
 
 // NetNSFunc returns the path of a running pod sandbox's network namespace
@@ -40,6 +42,9 @@ const (
 	// terminal size before creating the process. Clients send it as soon
 	// as the session is up; one that sends none costs this much once.
 	firstSizeWait = 50 * time.Millisecond
+	// abandonedExecWait bounds the kill of an exec whose client went away
+	// and the wait for Docker to record its end.
+	abandonedExecWait = 10 * time.Second
 )
 
 // Runtime runs cri-streaming's exec, attach and port-forward sessions on a
@@ -52,6 +57,10 @@ type Runtime struct {
 	stop     context.Context
 	stopAll  context.CancelFunc
 	exitWait time.Duration
+
+	// procRoot is where host processes are looked up ("/proc"; tests
+	// point it at a fake).
+	procRoot string
 }
 
 var _ criserver.Runtime = (*Runtime)(nil)
@@ -60,7 +69,10 @@ var _ criserver.Runtime = (*Runtime)(nil)
 // network namespaces for PortForward.
 func NewRuntime(docker DockerAPI, netnsOf NetNSFunc) *Runtime {
 	stop, stopAll := context.WithCancel(context.Background())
-	return &Runtime{docker: docker, netnsOf: netnsOf, stop: stop, stopAll: stopAll, exitWait: defaultExitWait}
+	return &Runtime{
+		docker: docker, netnsOf: netnsOf, stop: stop, stopAll: stopAll, exitWait: defaultExitWait,
+		procRoot: "/proc",
+	}
 }
 
 // session derives a session's context: it ends with the request or when
@@ -84,6 +96,14 @@ func (r *Runtime) session(ctx context.Context) (context.Context, context.CancelF
 //
 // Exec does not wait for the client to close stdin: an interactive client
 // keeps it open, and the session ends when the command does.
+//
+// When the session ends first, because the client went away (kubectl
+// killed, connection dropped: the request's context ends, or its output
+// can no longer be delivered), the command is killed with its process
+// tree: nobody can reattach to a Docker exec, so it would otherwise run
+// on unseen, holding whatever it holds (a shell, a `tail -f`). Not so
+// when netshim's streaming server stops: restarting the runtime must not
+// touch what runs in pods, so those execs are only detached.
 func (r *Runtime) Exec(ctx context.Context, containerID string, cmd []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
 	if len(cmd) == 0 {
 		return errors.New("no command to execute")
@@ -120,9 +140,59 @@ func (r *Runtime) Exec(ctx context.Context, containerID string, cmd []string, in
 		return r.docker.ContainerExecResize(ctx, created.ID, container.ResizeOptions{Height: uint(size.Height), Width: uint(size.Width)})
 	}
 	if err := copyStreams(ctx, hijacked, rawStream(hijacked, tty), in, out, errOut, resize, initial, resizeExec); err != nil {
+		if r.stop.Err() == nil {
+			why := err
+			if ctx.Err() != nil {
+				why = context.Cause(ctx)
+			}
+			r.killAbandonedExec(ctx, containerID, created.ID, why)
+		}
 		return fmt.Errorf("exec %s in container %s: %w", created.ID, containerID, err)
 	}
 	return r.execResult(ctx, containerID, created.ID)
+}
+
+// killAbandonedExec kills the process tree of an exec whose session ended
+// before it (why says how), then waits, briefly, for Docker to record its
+// end, which releases the exec. Docker has no call to kill an exec: its
+// host pid (from ExecInspect) is signalled, through a pidfd and only if
+// it is still a process of the container, since Docker records an exit
+// late and the pid may have been reused meanwhile. It runs detached from
+// ctx, which has usually ended.
+func (r *Runtime) killAbandonedExec(ctx context.Context, containerID, execID string, why error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonedExecWait)
+	defer cancel()
+	insp, err := r.docker.ContainerExecInspect(ctx, execID)
+	if err != nil {
+		klog.ErrorS(err, "Cannot find the process of an abandoned exec to kill it", "containerID", containerID, "execID", execID)
+		return
+	}
+	if !insp.Running || insp.Pid <= 0 {
+		return
+	}
+	if err := procutil.KillInContainer(r.procRoot, insp.Pid, containerID); err != nil {
+		if errors.Is(err, procutil.ErrNotInContainer) {
+			klog.InfoS("Not killing an abandoned exec: its process has exited and its pid now names another process", "containerID", containerID, "execID", execID, "pid", insp.Pid)
+			return
+		}
+		klog.ErrorS(err, "Failed to kill an exec whose client went away", "containerID", containerID, "execID", execID, "pid", insp.Pid)
+		return
+	}
+	klog.V(2).InfoS("Killed an exec whose session ended before it", "containerID", containerID, "execID", execID, "pid", insp.Pid, "reason", why)
+	delay := 5 * time.Millisecond
+	for {
+		insp, err := r.docker.ContainerExecInspect(ctx, execID)
+		if err == nil && !insp.Running {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			klog.ErrorS(err, "Killed exec still shows running", "containerID", containerID, "execID", execID, "pid", insp.Pid)
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
 }
 
 // execResult waits until Docker reports the exec finished and turns its

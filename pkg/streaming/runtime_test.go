@@ -5,9 +5,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -377,5 +382,141 @@ func TestResizeRetryGivesWayToANewerSize(t *testing.T) {
 	defer mu.Unlock()
 	if want := []remotecommand.TerminalSize{{Width: 2, Height: 2}}; !slices.Equal(applied, want) {
 		t.Errorf("applied %v, want %v", applied, want)
+	}
+}
+
+// execProcess is a real host process standing in for an exec's: the fake
+// exec reports its pid and, like Docker's, runs until that process dies,
+// whatever happens to the attach connection.
+type execProcess struct {
+	cmd *exec.Cmd
+	// ended receives how the process ended.
+	ended   chan *os.ProcessState
+	started chan struct{}
+	dead    chan struct{}
+}
+
+// realExec makes the next exec of docker run as a real process that the
+// fake procRoot of r places in the cgroup given.
+func realExec(t *testing.T, r *Runtime, docker *fakeDocker, cgroup string) *execProcess {
+	t.Helper()
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting sleep: %v", err)
+	}
+	dead := make(chan struct{})
+	p := &execProcess{cmd: cmd, ended: make(chan *os.ProcessState, 1), started: make(chan struct{}), dead: dead}
+	go func() {
+		st, _ := cmd.Process.Wait()
+		close(dead)
+		p.ended <- st
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-dead
+	})
+	pid := cmd.Process.Pid
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, strconv.Itoa(pid)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, strconv.Itoa(pid), "cgroup"), []byte(cgroup), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.procRoot = root
+	docker.mu.Lock()
+	docker.nextPid = pid
+	docker.nextScript = func(*proc) int {
+		close(p.started)
+		<-dead
+		return 137
+	}
+	docker.mu.Unlock()
+	return p
+}
+
+// killed says whether the process died of SIGKILL within a bound; false
+// if it is still running after a short look.
+func (p *execProcess) killed(t *testing.T, within time.Duration) bool {
+	t.Helper()
+	select {
+	case st := <-p.ended:
+		ws, ok := st.Sys().(syscall.WaitStatus)
+		if !ok || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("the exec's process ended with %v, want SIGKILL", st)
+		}
+		return true
+	case <-time.After(within):
+		return false
+	}
+}
+
+// failingWriter is a client's output stream once the client is gone.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("stream reset by peer") }
+func (failingWriter) Close() error              { return nil }
+
+// An exec whose session ends before its command does is killed, with its
+// process tree, unless the server is stopping, or unless its pid no longer
+// names a process of the container.
+func TestExecKilledWhenTheClientGoesAway(t *testing.T) {
+	const c1Cgroup = "12:pids:/docker/c1\n0::/system.slice/docker-c1.scope\n"
+	for _, tc := range []struct {
+		name   string
+		cgroup string
+		// end ends the session: cancel is the request context's, out
+		// what the command's output is written to.
+		end        func(r *Runtime, cancel context.CancelCauseFunc)
+		out        io.WriteCloser
+		wantKilled bool
+	}{
+		{"the client's connection ends", c1Cgroup, func(_ *Runtime, cancel context.CancelCauseFunc) { cancel(errClientGone) }, &buf{}, true},
+		{"the client's stream fails", c1Cgroup, nil, failingWriter{}, true},
+		{"the server stops", c1Cgroup, func(r *Runtime, _ context.CancelCauseFunc) { r.stopAll() }, &buf{}, false},
+		{"the pid was reused outside the container", "0::/system.slice/docker-c2.scope\n", func(_ *Runtime, cancel context.CancelCauseFunc) { cancel(errClientGone) }, &buf{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, docker := newTestRuntime(t)
+			p := realExec(t, r, docker, tc.cgroup)
+			if tc.end == nil {
+				// The command writes; the write to the client fails.
+				docker.nextScript = func(pr *proc) int {
+					close(p.started)
+					pr.stdout("hello\n")
+					<-p.dead
+					return 137
+				}
+			}
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			errc := make(chan error, 1)
+			go func() { errc <- r.Exec(ctx, "c1", []string{"sleep", "300"}, nil, tc.out, nil, false, nil) }()
+			select {
+			case <-p.started:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the exec did not start")
+			}
+			if tc.end != nil {
+				tc.end(r, cancel)
+			}
+			select {
+			case err := <-errc:
+				if err == nil {
+					t.Error("Exec returned nil for a session cut short")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Exec did not return when its session ended")
+			}
+			// Exec kills before it returns: a short look suffices
+			// for a process that must live.
+			wait := 100 * time.Millisecond
+			if tc.wantKilled {
+				wait = 10 * time.Second
+			}
+			if got := p.killed(t, wait); got != tc.wantKilled {
+				t.Errorf("exec's process killed: %v, want %v", got, tc.wantKilled)
+			}
+		})
 	}
 }

@@ -11,11 +11,13 @@
 package streaming
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -118,7 +120,7 @@ func (s *Server) Start() error {
 	s.lib = lib
 	s.baseURL = libCfg.BaseURL.String()
 	s.conns = newConnTracker()
-	s.httpSrv = &http.Server{Handler: lib, ReadHeaderTimeout: 30 * time.Second}
+	s.httpSrv = &http.Server{Handler: lib, ReadHeaderTimeout: 30 * time.Second, ConnContext: connContext}
 	s.served = make(chan struct{})
 	go func() {
 		defer close(s.served)
@@ -238,16 +240,43 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	tc := &trackedConn{Conn: c, t: l.t}
+	tc.gone, tc.markGone = context.WithCancelCause(context.Background())
 	l.t.mu.Lock()
 	l.t.conns[tc] = struct{}{}
 	l.t.mu.Unlock()
 	return tc, nil
 }
 
+// errClientGone is the cause of a session's end when its connection
+// ended under it.
+var errClientGone = errors.New("the client's connection closed")
+
+// trackedConn is a client connection that also tells when the client has
+// gone. Once a session's connection is hijacked, the HTTP server no
+// longer watches it, and the streaming library, which does, ends the
+// session's streams without telling the runtime: a command that neither
+// reads stdin nor writes output would run on unnoticed. The end of the
+// connection (a failed read, or its close) cancels the context of the
+// requests made on it (see connContext), which the runtime's sessions
+// derive from.
 type trackedConn struct {
 	net.Conn
 	t    *connTracker
 	once sync.Once
+	// gone is cancelled, with errClientGone, when the connection ends.
+	gone     context.Context
+	markGone context.CancelCauseFunc
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	// A timeout is not the end: the HTTP server interrupts its own
+	// pending read with a past deadline when a handler hijacks the
+	// connection.
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		c.markGone(errClientGone)
+	}
+	return n, err
 }
 
 func (c *trackedConn) Close() error {
@@ -256,5 +285,19 @@ func (c *trackedConn) Close() error {
 		delete(c.t.conns, c)
 		c.t.mu.Unlock()
 	})
+	c.markGone(errClientGone)
 	return c.Conn.Close()
+}
+
+// connContext is the HTTP server's ConnContext: requests on a connection
+// get a context that ends when the connection does.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	tc, ok := c.(*trackedConn)
+	if !ok {
+		return ctx
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	// Never unregistered: gone ends with the connection at the latest.
+	context.AfterFunc(tc.gone, func() { cancel(context.Cause(tc.gone)) })
+	return ctx
 }

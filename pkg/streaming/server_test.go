@@ -317,3 +317,44 @@ func TestServerStopEndsOpenSessions(t *testing.T) {
 		t.Fatal("the client's connection stayed open after Stop")
 	}
 }
+
+// A client that hangs up on an exec session (kubectl killed, connection
+// dropped) takes the command with it, even one that neither reads stdin
+// nor writes output, which the session's streams would never notice.
+func TestServerExecKilledWhenTheClientHangsUp(t *testing.T) {
+	docker := newFakeDocker(t)
+	s := startServer(t, docker, noNetNS)
+	p := realExec(t, s.runtime, docker, "0::/docker/c1\n")
+	resp, err := s.GetExec(&runtimeapi.ExecRequest{ContainerId: "c1", Cmd: []string{"sleep", "300"}, Stdout: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := spdyConnect(t, resp.Url, remotecommand.StreamProtocolV4Name)
+	createStream(t, conn, remotecommand.StreamType, remotecommand.StreamTypeError)
+	createStream(t, conn, remotecommand.StreamType, remotecommand.StreamTypeStdout)
+	select {
+	case <-p.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the exec did not start")
+	}
+	if p.killed(t, 50*time.Millisecond) {
+		t.Fatal("the exec's process died while its client was still there")
+	}
+	conn.Close()
+	if !p.killed(t, 10*time.Second) {
+		t.Fatal("the exec's process was not killed after its client hung up")
+	}
+	eventually(t, "Docker to see the exec end", func() bool { return !docker.exec("exec-1").running })
+}
+
+// eventually polls cond, for a bounded time.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
