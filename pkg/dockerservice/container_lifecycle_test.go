@@ -11,8 +11,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 func TestContainerLabelsAndAnnotationsRoundTripExactly(t *testing.T) {
@@ -407,26 +405,5 @@ func TestContainerStatusVerbose(t *testing.T) {
 	if info.SandboxID != e.sandboxID || info.Pid != rec.Pid || info.Config == nil || info.Config.Image != testImage ||
 		info.HostConfig == nil || info.HostConfig.NetworkMode != "container:"+e.sandboxID {
 		t.Errorf("verbose info = %s", resp.Info["info"])
-	}
-}
-
-// TestStaleInspectDoesNotResurrect: an inspect made while a container ran,
-// stored after the record of its death, must not bring it back to life.
-func TestStaleInspectDoesNotResurrect(t *testing.T) {
-	e := newTestEnv(t)
-	dead := &store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateExited, StartedAt: 100, FinishedAt: 200, ExitCode: 3}
-	e.ds.store.Put(dead)
-	e.ds.putInspected(&store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateRunning, StartedAt: 100, Pid: 42})
-	if r, _ := e.ds.store.Get("c1"); r.State != store.StateExited || r.ExitCode != 3 {
-		t.Errorf("stale running record replaced the exit: %+v", r)
-	}
-	// A real restart (docker start behind our back) starts later.
-	e.ds.putInspected(&store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateRunning, StartedAt: 300, Pid: 43})
-	if r, _ := e.ds.store.Get("c1"); r.State != store.StateRunning || r.Pid != 43 {
-		t.Errorf("restart not recorded: %+v", r)
-	}
-	e.ds.putInspected(&store.Record{ID: "c2", Kind: store.KindContainer, State: store.StateCreated})
-	if _, ok := e.ds.store.Get("c2"); !ok {
-		t.Error("a new record was not stored")
 	}
 }

@@ -40,27 +40,13 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 		// From before the start: the container may exit at once.
 		defer ds.containers.streams.markStarting(id)()
 	}
-	endStart := ds.beginOwnOp(ownStartKey(id))
-	defer endStart()
-	if err := ds.client.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
-		// Docker records why (the exit code and error) on the container:
-		// the index shows them in ContainerStatus.
-		ds.refreshRecord(backgroundCtx(ctx), id)
+	// The index records the new state (pid, start time) before the
+	// answer, or, when Docker refuses, why (the exit code and error) for
+	// ContainerStatus.
+	if _, err := ds.index.Start(ctx, id); err != nil {
 		return nil, fmt.Errorf("starting container %s: %w", id, err)
 	}
 	t.step("start")
-
-	// The inspect makes the index current (pid, start time) before the
-	// answer, and catches a container that died at once.
-	c, err := ds.client.ContainerInspect(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("inspecting started container %s: %w", id, err)
-	}
-	if rec := recordFromInspect(c); rec != nil {
-		ds.putInspected(rec)
-	}
-	endStart()
-	t.step("inspect")
 
 	if info.logPath != "" {
 		// Started even if the container already exited: the follower then
