@@ -19,7 +19,7 @@ import (
 // missing, never started or already stopped is fine: the CRI wants Stop
 // idempotent.
 func (ds *DockerService) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
-	rec, err := ds.findContainer(r.GetContainerId())
+	rec, err := ds.lookupContainer(ctx, r.GetContainerId())
 	if err != nil {
 		return nil, err
 	}
