@@ -11,8 +11,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 func TestContainerLabelsAndAnnotationsRoundTripExactly(t *testing.T) {
@@ -410,23 +408,55 @@ func TestContainerStatusVerbose(t *testing.T) {
 	}
 }
 
-// TestStaleInspectDoesNotResurrect: an inspect made while a container ran,
-// stored after the record of its death, must not bring it back to life.
-func TestStaleInspectDoesNotResurrect(t *testing.T) {
-	e := newTestEnv(t)
-	dead := &store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateExited, StartedAt: 100, FinishedAt: 200, ExitCode: 3}
-	e.ds.store.Put(dead)
-	e.ds.putInspected(&store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateRunning, StartedAt: 100, Pid: 42})
-	if r, _ := e.ds.store.Get("c1"); r.State != store.StateExited || r.ExitCode != 3 {
-		t.Errorf("stale running record replaced the exit: %+v", r)
+// TestStopAndRemoveFindContainersTheIndexLacks: with the events that
+// announced a container lost, Stop and Remove still act on it in Docker
+// instead of reporting it gone.
+func TestStopAndRemoveFindContainersTheIndexLacks(t *testing.T) {
+	e := newPodEnv(t)
+	ctx := context.Background()
+	id := e.create(t, ctrConfig("unseen"))
+	e.start(t, id)
+	e.ds.store.Delete(id)
+	if _, err := e.ds.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 1}); err != nil {
+		t.Fatalf("Stop: %v", err)
 	}
-	// A real restart (docker start behind our back) starts later.
-	e.ds.putInspected(&store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateRunning, StartedAt: 300, Pid: 43})
-	if r, _ := e.ds.store.Get("c1"); r.State != store.StateRunning || r.Pid != 43 {
-		t.Errorf("restart not recorded: %+v", r)
+	e.docker.mu.Lock()
+	running := e.docker.containers[id].State.Running
+	e.docker.mu.Unlock()
+	if running {
+		t.Error("Stop of a container the index lacked left it running")
 	}
-	e.ds.putInspected(&store.Record{ID: "c2", Kind: store.KindContainer, State: store.StateCreated})
-	if _, ok := e.ds.store.Get("c2"); !ok {
-		t.Error("a new record was not stored")
+	if rec, ok := e.ds.store.Get(id); !ok || rec.Running() {
+		t.Errorf("after Stop the index has %+v, want the stopped container", rec)
 	}
+	e.ds.store.Delete(id)
+	if _, err := e.ds.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if e.docker.find(id) != nil {
+		t.Error("Remove of a container the index lacked left it in Docker")
+	}
+}
+
+// TestCreateThatFailsAfterDockerMadeTheContainerLeavesNothing: a create
+// whose call failed though Docker made the container (the client timed
+// out) removes it, so neither an orphan nor a blocked name remains.
+func TestCreateThatFailsAfterDockerMadeTheContainerLeavesNothing(t *testing.T) {
+	e := newPodEnv(t)
+	e.docker.mu.Lock()
+	e.docker.createErrAfter = context.DeadlineExceeded
+	e.docker.mu.Unlock()
+	if _, err := e.createErr(ctrConfig("slow")); err == nil {
+		t.Fatal("CreateContainer succeeded though Docker's answer was lost")
+	}
+	if n := e.docker.count("ContainerRemove"); n != 1 {
+		t.Errorf("%d removals, want 1 (of the container the failed create made)", n)
+	}
+	if n := len(e.ds.store.ContainersOf(e.sandboxID)); n != 0 {
+		t.Errorf("index holds %d containers of the sandbox, want 0", n)
+	}
+	e.docker.mu.Lock()
+	e.docker.createErrAfter = nil
+	e.docker.mu.Unlock()
+	e.create(t, ctrConfig("slow")) // the name is free again
 }

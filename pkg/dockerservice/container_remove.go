@@ -12,7 +12,7 @@ import (
 // stops copying its log; the CRI log file stays, kubelet removes it. A
 // missing container is fine: the CRI wants Remove idempotent.
 func (ds *DockerService) RemoveContainer(ctx context.Context, r *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
-	rec, err := ds.findContainer(r.GetContainerId())
+	rec, err := ds.lookupContainer(ctx, r.GetContainerId())
 	if err != nil {
 		return nil, err
 	}

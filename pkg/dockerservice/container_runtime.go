@@ -10,7 +10,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/crilog"
-	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/procutil"
 )
 
@@ -87,29 +86,4 @@ func (ds *DockerService) RuntimeConfig(ctx context.Context, _ *runtimeapi.Runtim
 		c.cgroupDriver = &d
 	}
 	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: *c.cgroupDriver}}, nil
-}
-
-// putInspected stores a record built from an inspect, unless the index
-// already holds newer news: an inspect made before a container died can
-// be stored after the record of its death (the events loop and an RPC
-// each inspect and store on their own). A container never goes from
-// exited back to created or running except by a new start, which has a
-// later start time. Check and store are one step under the store's lock.
-func (ds *DockerService) putInspected(rec *store.Record) {
-	stored := ds.store.Update(rec.ID, func(r *store.Record) {
-		if !olderThan(rec, r) {
-			*r = *rec
-		}
-	})
-	if !stored {
-		ds.store.Put(rec)
-	}
-}
-
-// olderThan says whether inspected describes an earlier moment than
-// current: current has exited and inspected shows the container before
-// that exit.
-func olderThan(inspected, current *store.Record) bool {
-	return current.State == store.StateExited && current.FinishedAt != 0 &&
-		inspected.State != store.StateExited && inspected.StartedAt <= current.FinishedAt
 }

@@ -2,6 +2,7 @@ package dockerservice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/docker/docker/api/types/container"
@@ -39,27 +40,13 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 		// From before the start: the container may exit at once.
 		defer ds.containers.streams.markStarting(id)()
 	}
-	endStart := ds.beginOwnOp(ownStartKey(id))
-	defer endStart()
-	if err := ds.client.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
-		// Docker records why (the exit code and error) on the container:
-		// the index shows them in ContainerStatus.
-		ds.refreshRecord(backgroundCtx(ctx), id)
+	// The index records the new state (pid, start time) before the
+	// answer, or, when Docker refuses, why (the exit code and error) for
+	// ContainerStatus.
+	if _, err := ds.index.Start(ctx, id); err != nil {
 		return nil, fmt.Errorf("starting container %s: %w", id, err)
 	}
 	t.step("start")
-
-	// The inspect makes the index current (pid, start time) before the
-	// answer, and catches a container that died at once.
-	c, err := ds.client.ContainerInspect(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("inspecting started container %s: %w", id, err)
-	}
-	if rec := recordFromInspect(c); rec != nil {
-		ds.putInspected(rec)
-	}
-	endStart()
-	t.step("inspect")
 
 	if info.logPath != "" {
 		// Started even if the container already exited: the follower then
@@ -116,18 +103,44 @@ func (ds *DockerService) mustFindContainer(id string) (*store.Record, error) {
 }
 
 // findContainer finds a workload container by ID or unique prefix in the
-// index. It returns (nil, nil) when there is none, which Stop and Remove
-// treat as done.
+// index. It returns (nil, nil) when there is none.
 func (ds *DockerService) findContainer(id string) (*store.Record, error) {
+	return ds.resolveContainer(id, func() (*store.Record, error) {
+		rec, err := ds.store.Resolve(id)
+		if err != nil {
+			return nil, invalidArgf("%v", err)
+		}
+		return rec, nil
+	})
+}
+
+// lookupContainer is findContainer for Stop and Remove: a container the
+// index lacks (its events were dropped) is looked up in Docker, so that it
+// is not reported gone while it still exists. (nil, nil) means done.
+func (ds *DockerService) lookupContainer(ctx context.Context, id string) (*store.Record, error) {
+	return ds.resolveContainer(id, func() (*store.Record, error) {
+		rec, err := ds.index.Lookup(ctx, id)
+		var amb store.ErrAmbiguous
+		switch {
+		case errors.As(err, &amb):
+			return nil, invalidArgf("%v", err)
+		case err != nil:
+			return nil, withCode(codes.Unavailable, err)
+		}
+		return rec, nil
+	})
+}
+
+func (ds *DockerService) resolveContainer(id string, resolve func() (*store.Record, error)) (*store.Record, error) {
 	if id == "" {
 		return nil, invalidArgf("container ID is required")
 	}
 	if err := ds.requireSynced(); err != nil {
 		return nil, err
 	}
-	rec, err := ds.store.Resolve(id)
+	rec, err := resolve()
 	if err != nil {
-		return nil, invalidArgf("%v", err)
+		return nil, err
 	}
 	if rec == nil {
 		return nil, nil

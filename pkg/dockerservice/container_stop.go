@@ -19,7 +19,7 @@ import (
 // missing, never started or already stopped is fine: the CRI wants Stop
 // idempotent.
 func (ds *DockerService) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
-	rec, err := ds.findContainer(r.GetContainerId())
+	rec, err := ds.lookupContainer(ctx, r.GetContainerId())
 	if err != nil {
 		return nil, err
 	}
@@ -58,15 +58,8 @@ func (ds *DockerService) StopContainer(ctx context.Context, r *runtimeapi.StopCo
 // markStopped refreshes a just-stopped container's record from Docker;
 // if that fails, readers still must not see it running.
 func (ds *DockerService) markStopped(ctx context.Context, id string) {
-	c, err := ds.client.ContainerInspect(backgroundCtx(ctx), id)
-	if err == nil {
-		if rec := recordFromInspect(c); rec != nil {
-			ds.putInspected(rec)
-			return
-		}
-	}
-	if errdefs.IsNotFound(err) {
-		ds.store.Delete(id)
+	_, err := ds.index.Refresh(backgroundCtx(ctx), id)
+	if err == nil || errdefs.IsNotFound(err) {
 		return
 	}
 	ds.store.Update(id, func(r *store.Record) {

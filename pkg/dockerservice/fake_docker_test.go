@@ -54,6 +54,9 @@ type fakeDocker struct {
 	startErr error
 	// removeErr makes ContainerRemove fail (the container stays).
 	removeErr error
+	// createErrAfter makes creates fail after making the container, as a
+	// client timing out while Docker works does.
+	createErrAfter error
 	// onStart runs before a container is started (under no lock).
 	onStart func(id string)
 	// cx is the exec/logs/update half; see container_fake_docker_test.go.
@@ -189,6 +192,9 @@ func (f *fakeDocker) ContainerCreate(_ context.Context, cfg *container.Config, h
 		Config: &c,
 	}
 	f.emit(events.ActionCreate, id, map[string]string{"name": name})
+	if f.createErrAfter != nil {
+		return container.CreateResponse{}, f.createErrAfter
+	}
 	return container.CreateResponse{ID: id}, nil
 }
 

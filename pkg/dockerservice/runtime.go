@@ -41,17 +41,15 @@ func (ds *DockerService) Version(ctx context.Context, _ *runtimeapi.VersionReque
 }
 
 // Status reports runtime and network readiness from cached state: the
-// events stream's health and the plugin's own status. kubelet polls it
+// index's health (events stream up, resync working, events drained) and
+// the plugin's own status. kubelet polls it
 // every few seconds; it costs no Docker call.
 func (ds *DockerService) Status(_ context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	runtimeReady := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
-	if ready, _, msg := ds.health.get(); !ready {
+	if ready, reason := ds.index.Health(); !ready {
 		runtimeReady.Status = false
 		runtimeReady.Reason = "DockerDaemonNotReady"
-		runtimeReady.Message = msg
-		if msg == "" {
-			runtimeReady.Message = "docker: not connected yet"
-		}
+		runtimeReady.Message = reason
 	}
 	if msg := ds.checkpointIssuesMessage(); msg != "" && runtimeReady.Status {
 		// Ready: every other pod is served. The operator still has to
@@ -77,7 +75,8 @@ func (ds *DockerService) Status(_ context.Context, _ *runtimeapi.StatusRequest) 
 // requireSynced refuses to answer reads before the index has been filled
 // once: an empty answer would tell kubelet that every pod is gone.
 func (ds *DockerService) requireSynced() error {
-	if _, synced, msg := ds.health.get(); !synced {
+	if !ds.index.Synced() {
+		_, msg := ds.index.Health()
 		return withCode(codes.Unavailable, fmt.Errorf("netshim has not yet read the state of Docker's containers (%s); retry later", msg))
 	}
 	return nil

@@ -15,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
-	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -108,24 +107,13 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	}
 	t.step("checkpoint")
 
-	endStart := ds.beginOwnOp(ownStartKey(id))
-	defer endStart()
-	if err := ds.client.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+	// The index's start inspects once: the pid gives the netns path, and
+	// the record makes the index current before we answer.
+	rec, err := ds.index.Start(ctx, id)
+	if err != nil {
 		ds.undoRunPodSandbox(ctx, cp, false)
 		return nil, fmt.Errorf("starting infra container %s for pod %s: %w", id, klog.KRef(md.Namespace, md.Name), err)
 	}
-	t.step("start")
-
-	// The one inspect RunPodSandbox needs: the pid gives the netns path,
-	// and the record makes the index current before we answer.
-	c, err := ds.client.ContainerInspect(ctx, id)
-	if err != nil {
-		ds.undoRunPodSandbox(ctx, cp, false)
-		return nil, fmt.Errorf("inspecting infra container %s: %w", id, err)
-	}
-	rec := recordFromInspect(c)
-	ds.putInspected(rec)
-	endStart()
 	if !rec.Running() {
 		ds.undoRunPodSandbox(ctx, cp, false)
 		return nil, fmt.Errorf("infra container %s of pod %s exited right after start (exit code %d): %s", id, klog.KRef(md.Namespace, md.Name), rec.ExitCode, rec.Error)
@@ -333,23 +321,6 @@ func seccompSecurityOpt(p *runtimeapi.SecurityProfile) ([]string, error) {
 	default:
 		// RuntimeDefault: Docker's default profile applies.
 		return nil, nil
-	}
-}
-
-// recordFromCreate is the index record of a container netshim just
-// created: enough for readers until the post-start inspect replaces it.
-func recordFromCreate(id, name string, config *container.Config) *store.Record {
-	kind := kindFromLabels(config.Labels)
-	return &store.Record{
-		ID:           id,
-		Kind:         kind,
-		Name:         name,
-		SandboxID:    config.Labels[labelSandboxID],
-		DockerLabels: config.Labels,
-		Image:        config.Image,
-		State:        store.StateCreated,
-		CreatedAt:    time.Now().UnixNano(),
-		Extra:        decodeExtra(kind, config.Labels),
 	}
 }
 

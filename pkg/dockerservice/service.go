@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/index"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/keylock"
 	"github.com/netshim/netshim/pkg/network"
@@ -51,8 +52,10 @@ type DockerService struct {
 	client      DockerClient
 	network     *network.PluginManager
 	checkpoints *checkpoint.Manager
+	// store is the index's store: every read of container state goes
+	// to it; writes go through index (pkg/dockerservice/index).
 	store       *store.Store
-	health      dockerHealth
+	index       *index.Index
 	oomWarnOnce sync.Once
 	// containers is the workload containers' own state: log followers,
 	// the exec killer, the cached cgroup driver (container_runtime.go).
@@ -87,9 +90,6 @@ type DockerService struct {
 	// (wire_cache.go).
 	localGen        atomic.Uint64
 	sandboxListWire atomic.Pointer[encodedResponse]
-	// ownOps counts netshim's own creates and starts in flight, whose
-	// events the index loop skips (own_ops.go).
-	ownOps map[string]int
 	// creating holds sandbox names with a RunPodSandbox in flight.
 	creating map[string]bool
 	// imagePresent remembers images known to exist locally.
@@ -113,14 +113,14 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		cfg:              cfg,
 		client:           client,
 		checkpoints:      checkpoints,
-		store:            store.New(),
 		sandboxes:        map[string]*checkpoint.PodSandbox{},
 		checkpointIssues: map[string]checkpointIssue{},
 		creating:         map[string]bool{},
-		ownOps:           map[string]int{},
 		imagePresent:     map[string]bool{},
 		containers:       newContainerRuntime(client),
 	}
+	ds.index = ds.newIndex()
+	ds.store = ds.index.Store()
 	if err := ds.loadCheckpoints(); err != nil {
 		return nil, err
 	}

@@ -133,7 +133,8 @@ func startService(t testing.TB, ds *DockerService) {
 		cancel()
 		ds.Close()
 	})
-	if _, synced, msg := ds.health.get(); !synced {
+	if !ds.index.Synced() {
+		_, msg := ds.index.Health()
 		t.Fatalf("index not synced after Start: %s", msg)
 	}
 }
@@ -558,7 +559,7 @@ func TestListPodSandboxFiltersWithoutDockerCalls(t *testing.T) {
 func TestStatusReportsRuntimeAndNetwork(t *testing.T) {
 	e := newTestEnv(t)
 	e.docker.setDown(true)
-	eventually(t, "RuntimeReady=false", func() bool { r, _, _ := e.ds.health.get(); return !r })
+	eventually(t, "RuntimeReady=false", func() bool { r, _ := e.ds.index.Health(); return !r })
 	e.plugin.status = errors.New("cni config uninitialized")
 	resp, err := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
 	if err != nil {

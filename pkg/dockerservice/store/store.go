@@ -132,6 +132,26 @@ func (s *Store) Update(id string, fn func(*Record)) bool {
 	return true
 }
 
+// Apply stores what fn makes of the current record with r's ID (nil when
+// there is none), unless that ID was deleted after generation since: an
+// inspect begun before a container was destroyed must not bring it back.
+// fn returns the record to store, or nil to keep the current one. Apply
+// returns the record the store holds afterwards (nil if none).
+func (s *Store) Apply(id string, since uint64, fn func(current *Record) *Record) *Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, ok := s.deleted[id]; ok && g > since {
+		return nil
+	}
+	cur := s.byID[id]
+	r := fn(cur)
+	if r == nil {
+		return cur
+	}
+	s.putLocked(r)
+	return r
+}
+
 // Delete removes the record with that ID, if any.
 func (s *Store) Delete(id string) {
 	s.mu.Lock()

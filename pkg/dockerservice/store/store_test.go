@@ -130,3 +130,31 @@ func TestConcurrentAccess(t *testing.T) {
 		t.Errorf("%d records left", s.Len())
 	}
 }
+
+func TestApplyRefusesWhatWasDeletedSince(t *testing.T) {
+	s := New()
+	s.Put(container("c1", "sb1"))
+	since := s.Generation()
+	s.Delete("c1")
+	if got := s.Apply("c1", since, func(*Record) *Record { return container("c1", "sb1") }); got != nil {
+		t.Errorf("record deleted after since came back: %+v", got)
+	}
+	if _, ok := s.Get("c1"); ok {
+		t.Error("deleted record stored")
+	}
+	// Deleted before since: a later inspect may store it again.
+	since = s.Generation()
+	if got := s.Apply("c1", since, func(cur *Record) *Record {
+		if cur != nil {
+			t.Errorf("current = %+v, want nil", cur)
+		}
+		return container("c1", "sb1")
+	}); got == nil || got.ID != "c1" {
+		t.Errorf("Apply = %+v", got)
+	}
+	// fn keeping the current record changes nothing.
+	before := s.Generation()
+	if got := s.Apply("c1", since, func(cur *Record) *Record { return nil }); got == nil || s.Generation() != before {
+		t.Errorf("keep: %+v, generation %d -> %d", got, before, s.Generation())
+	}
+}

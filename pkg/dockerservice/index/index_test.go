@@ -1,0 +1,389 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+)
+
+// startIndex runs an index over f until the test ends and waits for its
+// first sync.
+func startIndex(t *testing.T, f *fakeEngine, opts Options) *Index {
+	t.Helper()
+	x := New(f, decode, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		x.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case <-x.SyncedCh():
+	case <-time.After(5 * time.Second):
+		t.Fatal("index did not sync")
+	}
+	return x
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (x *Index) has(id string) bool { _, ok := x.Get(id); return ok }
+
+func (x *Index) idle() bool {
+	x.sched.mu.Lock()
+	defer x.sched.mu.Unlock()
+	return len(x.sched.pending) == 0
+}
+
+func TestResyncIndexesWhatExists(t *testing.T) {
+	f := newFakeEngine()
+	f.add("sb", "sandbox", "running")
+	f.add("c", "container", "exited")
+	f.add("foreign", "", "running")
+	x := startIndex(t, f, Options{})
+	if !x.Synced() || x.Len() != 2 {
+		t.Fatalf("synced %v, %d records, want 2", x.Synced(), x.Len())
+	}
+	if r, _ := x.Get("sb"); r.Kind != store.KindSandbox || !r.Running() || r.Pid == 0 {
+		t.Errorf("sandbox record = %+v", r)
+	}
+	if ready, reason := x.Health(); !ready {
+		t.Errorf("Health = false (%s) after a sync", reason)
+	}
+}
+
+// A container whose inspect hangs delays its own record only.
+func TestHungInspectDoesNotStopOtherEvents(t *testing.T) {
+	f := newFakeEngine()
+	x := startIndex(t, f, Options{Workers: 2, InspectTimeout: time.Minute, StuckAfter: time.Minute})
+	gate := f.gate("hung")
+	f.add("hung", "container", "running")
+	f.emit(events.ActionStart, "hung", nil)
+	eventually(t, "the hung inspect to start", func() bool { return f.inspectCount("hung") == 1 })
+	for _, id := range []string{"a", "b", "c"} {
+		f.add(id, "container", "running")
+		f.emit(events.ActionStart, id, nil)
+	}
+	eventually(t, "later containers indexed", func() bool { return x.has("a") && x.has("b") && x.has("c") })
+	if x.has("hung") {
+		t.Error("hung container indexed before its inspect answered")
+	}
+	close(gate)
+	eventually(t, "hung container indexed once its inspect answers", func() bool { return x.has("hung") })
+}
+
+// The deadline frees a worker from an inspect that never answers.
+func TestInspectDeadlineFreesTheWorker(t *testing.T) {
+	f := newFakeEngine()
+	x := startIndex(t, f, Options{Workers: 1, InspectTimeout: 20 * time.Millisecond, MinResyncGap: time.Hour})
+	f.gate("stuck") // never opened
+	f.add("stuck", "container", "running")
+	f.emit(events.ActionStart, "stuck", nil)
+	f.add("next", "container", "running")
+	f.emit(events.ActionStart, "next", nil)
+	eventually(t, "the next container indexed by the only worker", func() bool { return x.has("next") })
+}
+
+func TestHealthReportsUndrainedEventsAndRecovers(t *testing.T) {
+	f := newFakeEngine()
+	x := startIndex(t, f, Options{Workers: 1, InspectTimeout: time.Minute, StuckAfter: 30 * time.Millisecond})
+	gate := f.gate("x1")
+	for _, id := range []string{"x1", "x2", "x3"} {
+		f.add(id, "container", "running")
+		f.emit(events.ActionStart, id, nil)
+	}
+	var reason string
+	eventually(t, "Health not ready", func() bool {
+		var ready bool
+		ready, reason = x.Health()
+		return !ready
+	})
+	if !strings.Contains(reason, "not drained") || !strings.Contains(reason, "2 pending") {
+		t.Errorf("reason = %q, want it to say events are not drained and 2 are pending", reason)
+	}
+	close(gate)
+	eventually(t, "Health ready again with every container indexed", func() bool {
+		ready, _ := x.Health()
+		return ready && x.has("x1") && x.has("x2") && x.has("x3")
+	})
+}
+
+func TestDroppedEventsAreHealedByThePeriodicResync(t *testing.T) {
+	f := newFakeEngine()
+	f.add("c", "container", "running")
+	x := startIndex(t, f, Options{ResyncPeriod: 10 * time.Millisecond})
+	// No events: as if dockerd dropped them.
+	f.add("new", "sandbox", "running")
+	f.setState("c", "exited")
+	f.add("gone", "container", "running")
+	eventually(t, "new container indexed", func() bool { return x.has("new") && x.has("gone") })
+	f.remove("gone")
+	eventually(t, "exit and removal seen", func() bool {
+		r, _ := x.Get("c")
+		return r.State == store.StateExited && r.Pid == 0 && !x.has("gone")
+	})
+}
+
+// A failed inspect triggers an early resync, which heals the record.
+func TestFailedInspectTriggersResync(t *testing.T) {
+	f := newFakeEngine()
+	x := startIndex(t, f, Options{ResyncPeriod: time.Hour, MinResyncGap: time.Millisecond})
+	f.mu.Lock()
+	f.failInspect["c"] = 1
+	f.mu.Unlock()
+	f.add("c", "container", "running")
+	f.emit(events.ActionStart, "c", nil)
+	eventually(t, "container indexed by the triggered resync", func() bool { return x.has("c") })
+	if n := f.inspectCount("c"); n != 2 {
+		t.Errorf("%d inspects of c, want 2 (the failed one and the resync's)", n)
+	}
+}
+
+func TestResyncFailureMakesHealthNotReady(t *testing.T) {
+	f := newFakeEngine()
+	x := startIndex(t, f, Options{ResyncPeriod: 5 * time.Millisecond, ReconnectMaxDelay: 5 * time.Millisecond})
+	f.mu.Lock()
+	f.listErr = errors.New("list refused")
+	f.mu.Unlock()
+	eventually(t, "Health not ready", func() bool {
+		ready, reason := x.Health()
+		return !ready && strings.Contains(reason, "list refused")
+	})
+	f.mu.Lock()
+	f.listErr = nil
+	f.mu.Unlock()
+	eventually(t, "Health ready", func() bool { ready, _ := x.Health(); return ready })
+}
+
+func TestFirstSyncFailureIsReported(t *testing.T) {
+	f := newFakeEngine()
+	f.listErr = errors.New("Cannot connect to the Docker daemon")
+	x := New(f, decode, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go x.Run(ctx)
+	<-x.FirstSync()
+	if ready, reason := x.Health(); ready || x.Synced() || !strings.Contains(reason, "Cannot connect") {
+		t.Errorf("Health = %v %q, synced %v", ready, reason, x.Synced())
+	}
+}
+
+// Events for an ID being inspected coalesce into one follow-up inspect.
+func TestEventsForOneIDCoalesce(t *testing.T) {
+	f := newFakeEngine()
+	f.add("marker", "sandbox", "running")
+	x := startIndex(t, f, Options{Workers: 1, InspectTimeout: time.Minute})
+	gate := f.gate("c")
+	f.add("c", "container", "created")
+	f.emit(events.ActionCreate, "c", map[string]string{"name": "c"})
+	eventually(t, "the first inspect in flight", func() bool { return f.inspectCount("c") == 1 })
+	for range 5 {
+		f.emit(events.ActionRename, "c", nil)
+	}
+	// Events are applied in order: once the marker's death is seen, so
+	// are the renames.
+	f.emit(events.ActionDie, "marker", map[string]string{"exitCode": "1"})
+	eventually(t, "the events applied", func() bool { r, _ := x.Get("marker"); return !r.Running() })
+	x.sched.mu.Lock()
+	again := x.sched.pending["c"].again
+	x.sched.mu.Unlock()
+	if !again {
+		t.Error("no follow-up inspect asked for")
+	}
+	close(gate)
+	eventually(t, "the queue drained", x.idle)
+	if n := f.inspectCount("c"); n != 2 {
+		t.Errorf("%d inspects, want 2 (one, and one follow-up for the events that came meanwhile)", n)
+	}
+}
+
+func TestDestroyWinsOverASlowInspect(t *testing.T) {
+	f := newFakeEngine()
+	x := startIndex(t, f, Options{InspectTimeout: time.Minute})
+	// The events loop's inspect.
+	gate := f.gate("d")
+	f.add("d", "container", "running")
+	f.emit(events.ActionStart, "d", nil)
+	eventually(t, "the inspect in flight", func() bool { return f.inspectCount("d") == 1 })
+	f.remove("d")
+	f.emit(events.ActionDestroy, "d", nil)
+	eventually(t, "the destroy applied", func() bool {
+		x.sched.mu.Lock()
+		defer x.sched.mu.Unlock()
+		return x.sched.pending["d"].destroyed
+	})
+	close(gate)
+	eventually(t, "the inspect finished", x.idle)
+	if x.has("d") {
+		t.Error("an inspect begun before the destroy brought the container back")
+	}
+
+	// An RPC's refresh.
+	f.add("r", "container", "running")
+	f.emit(events.ActionStart, "r", nil)
+	eventually(t, "r indexed", func() bool { return x.has("r") })
+	eventually(t, "the queue drained", x.idle)
+	gate = f.gate("r")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := x.Refresh(context.Background(), "r")
+		errc <- err
+	}()
+	eventually(t, "the refresh in flight", func() bool { return f.inspectCount("r") == 2 })
+	f.remove("r")
+	f.emit(events.ActionDestroy, "r", nil)
+	eventually(t, "the destroy applied", func() bool { return !x.has("r") })
+	close(gate)
+	if err := <-errc; !errdefs.IsNotFound(err) {
+		t.Errorf("Refresh of a container destroyed meanwhile: %v, want NotFound", err)
+	}
+	if x.has("r") {
+		t.Error("a refresh begun before the destroy brought the container back")
+	}
+}
+
+func TestOwnCreateAndStartAreRecordedWithoutEventInspects(t *testing.T) {
+	f := newFakeEngine()
+	f.add("marker", "sandbox", "running")
+	x := startIndex(t, f, Options{})
+	decorated := false
+	created, err := x.Create(context.Background(), &container.Config{Labels: map[string]string{testLabel: "container"}}, nil, "own", func(r *store.Record) { decorated = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := x.Get(created.ID); !ok || r.State != store.StateCreated || !decorated {
+		t.Fatalf("after Create: %+v (decorated %v)", r, decorated)
+	}
+	rec, err := x.Start(context.Background(), created.ID)
+	if err != nil || !rec.Running() || rec.Pid == 0 {
+		t.Fatalf("Start = %+v, %v", rec, err)
+	}
+	// Events are applied in order: once the marker's death is seen, the
+	// create and start events before it have been handled.
+	f.emit(events.ActionDie, "marker", map[string]string{"exitCode": "1"})
+	eventually(t, "die event applied", func() bool { r, _ := x.Get("marker"); return !r.Running() })
+	eventually(t, "the queue drained", x.idle)
+	if n := f.inspectCount(created.ID); n != 1 {
+		t.Errorf("%d inspects, want 1 (Start's write-back)", n)
+	}
+}
+
+func TestFailedWriteBackInspectIsRefreshedLater(t *testing.T) {
+	f := newFakeEngine()
+	x := startIndex(t, f, Options{})
+	created, err := x.Create(context.Background(), &container.Config{Labels: map[string]string{testLabel: "container"}}, nil, "c", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.failInspect[created.ID] = 1
+	f.mu.Unlock()
+	if _, err := x.Start(context.Background(), created.ID); err == nil {
+		t.Fatal("Start succeeded though its inspect failed")
+	}
+	eventually(t, "the detached refresh to record the start", func() bool {
+		r, _ := x.Get(created.ID)
+		return r.Running() && r.Pid != 0
+	})
+}
+
+func TestCreateThatFailedAfterDockerMadeTheContainer(t *testing.T) {
+	f := newFakeEngine()
+	x := startIndex(t, f, Options{})
+	cfg := &container.Config{Labels: map[string]string{testLabel: "sandbox"}}
+	f.mu.Lock()
+	f.createErr, f.createMakes = context.DeadlineExceeded, true
+	f.mu.Unlock()
+	created, err := x.Create(context.Background(), cfg, nil, "orphan", nil)
+	if !errors.Is(err, context.DeadlineExceeded) || created.ID == "" {
+		t.Fatalf("Create = %+v, %v; want the timeout and the ID of what Docker made", created, err)
+	}
+	if r, ok := x.Get(created.ID); !ok || r.Name != "orphan" {
+		t.Errorf("orphan not indexed: %+v", r)
+	}
+
+	// A container of that name older than the call was not made by it.
+	f.mu.Lock()
+	f.addLocked("older", "/busy", "sandbox", "exited", time.Now().Add(-time.Hour))
+	f.createErr, f.createMakes = errors.New("connection reset"), false
+	f.mu.Unlock()
+	if created, err := x.Create(context.Background(), cfg, nil, "busy", nil); err == nil || created.ID != "" {
+		t.Errorf("Create = %+v, %v; must not claim an older container", created, err)
+	}
+	// Docker refusing proves nothing was made: no lookup, no ID.
+	f.mu.Lock()
+	f.createErr = nil
+	f.mu.Unlock()
+	before := f.inspectCount("busy")
+	if created, err := x.Create(context.Background(), cfg, nil, "busy", nil); !errdefs.IsConflict(err) || created.ID != "" {
+		t.Errorf("Create over a used name = %+v, %v; want Conflict and no ID", created, err)
+	}
+	if f.inspectCount("busy") != before {
+		t.Error("a refused create looked the name up")
+	}
+}
+
+func TestLookupFallsBackToDocker(t *testing.T) {
+	f := newFakeEngine()
+	x := startIndex(t, f, Options{})
+	f.add("unseen", "sandbox", "exited")
+	f.add("foreign", "", "running")
+	rec, err := x.Lookup(context.Background(), "unseen")
+	if err != nil || rec == nil || rec.ID != "unseen" || !x.has("unseen") {
+		t.Errorf("Lookup of a container the index lacks = %+v, %v", rec, err)
+	}
+	for _, id := range []string{"missing", "foreign"} {
+		if rec, err := x.Lookup(context.Background(), id); rec != nil || err != nil {
+			t.Errorf("Lookup(%s) = %+v, %v; want nothing", id, rec, err)
+		}
+	}
+	f.mu.Lock()
+	f.failInspect["other"] = 1
+	f.mu.Unlock()
+	if _, err := x.Lookup(context.Background(), "other"); err == nil {
+		t.Error("Lookup hid a failed inspect")
+	}
+}
+
+// An inspect made while a container ran, stored after the record of its
+// death, must not bring it back to life.
+func TestStaleInspectDoesNotResurrect(t *testing.T) {
+	x := New(newFakeEngine(), decode, Options{})
+	x.store.Put(&store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateExited, StartedAt: 100, FinishedAt: 200, ExitCode: 3})
+	since := x.store.Generation()
+	x.putInspected(&store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateRunning, StartedAt: 100, Pid: 42}, since)
+	if r, _ := x.Get("c1"); r.State != store.StateExited || r.ExitCode != 3 {
+		t.Errorf("stale running record replaced the exit: %+v", r)
+	}
+	// A real restart (docker start behind our back) starts later.
+	x.putInspected(&store.Record{ID: "c1", Kind: store.KindContainer, State: store.StateRunning, StartedAt: 300, Pid: 43}, since)
+	if r, _ := x.Get("c1"); r.State != store.StateRunning || r.Pid != 43 {
+		t.Errorf("restart not recorded: %+v", r)
+	}
+	x.putInspected(&store.Record{ID: "c2", Kind: store.KindContainer, State: store.StateCreated}, since)
+	if !x.has("c2") {
+		t.Error("a new record was not stored")
+	}
+}
