@@ -14,7 +14,7 @@ STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
 LINT_TAGS := e2e,kubelet
 
-.PHONY: build deps images crictl critest unit lint staticcheck e2e e2e-kubelet test run clean bench dockerd-start dockerd-stop
+.PHONY: build deps images crictl critest unit fuzz lint staticcheck e2e e2e-kubelet test run clean bench dockerd-start dockerd-stop
 
 ## build: compile the daemon into _output/netshim
 build:
@@ -51,6 +51,24 @@ conformance:
 ## unit: unit tests with the race detector
 unit:
 	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/bench/...
+
+## fuzz: run every Go fuzz target under pkg/ for FUZZTIME each (default 30s)
+# go test takes one -fuzz target per run, so the targets (func FuzzX in a
+# _test.go file) are found with grep and run one by one, all of them even
+# if one fails; -parallel keeps the CPU use modest. A failing input is
+# written to the package's testdata/fuzz/ for `go test -run`.
+FUZZTIME ?= 30s
+FUZZPARALLEL ?= 2
+fuzz:
+	@targets=$$(grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' pkg | \
+		sed 's|^\(.*\)/[^/]*:func \(.*\)$$|./\1 \2|' | sort -u); \
+	if [[ -z "$$targets" ]]; then echo "fuzz: no fuzz targets under pkg/" >&2; exit 1; fi; \
+	failed=0; \
+	while read -r dir target; do \
+		echo "==> fuzz $$dir $$target ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$dir || failed=1; \
+	done <<< "$$targets"; \
+	exit $$failed
 
 ## lint: gofmt, go vet and staticcheck
 lint: staticcheck
@@ -89,11 +107,11 @@ e2e:
 e2e-kubelet:
 	@hack/e2e-kubelet.sh
 
-## test: lint, unit, e2e, conformance (critest) and e2e-kubelet (all run; fails if any failed)
+## test: lint, unit, fuzz, e2e, conformance (critest) and e2e-kubelet (all run; fails if any failed)
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit e2e conformance e2e-kubelet; do \
+	for t in lint unit fuzz e2e conformance e2e-kubelet; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \

@@ -140,7 +140,7 @@ func validateContainerConfig(r *runtimeapi.CreateContainerRequest) error {
 	if cfg.GetImage().GetImage() == "" {
 		return invalidArgf("container %s: image is required", cfg.GetMetadata().GetName())
 	}
-	return nil
+	return validateContainerSpec(cfg)
 }
 
 // runningSandbox finds the sandbox a container is created in. Its infra

@@ -28,6 +28,9 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 	if res == nil {
 		return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 	}
+	if err := validateResources("container "+rec.ID, res); err != nil {
+		return nil, err
+	}
 	// 0 reads as "unchanged", as for Docker's own fields: proto3 cannot
 	// tell it from unset, and crictl update leaves it so.
 	if cur := containerInfoOf(rec).resources; cur != nil && res.GetOomScoreAdj() != 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"time"
 
@@ -31,7 +30,7 @@ const cleanupTimeout = 2 * time.Minute
 // what was done: network, container and checkpoint.
 func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	cfg := r.GetConfig()
-	if err := validateSandboxConfig(cfg); err != nil {
+	if err := validateRunPodSandbox(r); err != nil {
 		return nil, err
 	}
 	md := cfg.GetMetadata()
@@ -313,7 +312,7 @@ func seccompSecurityOpt(p *runtimeapi.SecurityProfile) ([]string, error) {
 	case runtimeapi.SecurityProfile_Unconfined:
 		return []string{"seccomp=unconfined"}, nil
 	case runtimeapi.SecurityProfile_Localhost:
-		data, err := os.ReadFile(p.GetLocalhostRef())
+		data, err := readSeccompProfile(p.GetLocalhostRef())
 		if err != nil {
 			return nil, invalidArgf("reading seccomp profile %q: %v", p.GetLocalhostRef(), err)
 		}

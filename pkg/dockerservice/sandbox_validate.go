@@ -1,11 +1,47 @@
 package dockerservice
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"unicode"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/network"
+)
+
+// This file checks a RunPodSandbox request before anything is pulled,
+// created or written, and holds the checks container_validate.go shares.
+// Everything refused here would otherwise fail later, halfway (Docker
+// refuses it only at start, after the container and checkpoint exist), or
+// would make netshim or Docker act outside what the request is entitled
+// to. Every error is InvalidArgument and names the field.
+
+const (
+	// maxNameLen bounds each part of a Docker container name netshim
+	// builds (pod name, namespace, uid, container name): Kubernetes names
+	// are at most 253 characters.
+	maxNameLen = 253
+	// maxHostnameLen is what kubelet truncates pod hostnames to, and fits
+	// the kernel's 64-byte limit.
+	maxHostnameLen = 63
+	// maxLabelBytes bounds the labels plus annotations of one sandbox or
+	// container. They become Docker labels, which Docker repeats in every
+	// event and list answer. Kubernetes allows 256 KiB of annotations per
+	// object; this leaves room for labels and kubelet's own keys.
+	maxLabelBytes = 512 << 10
+	// maxSeccompProfileSize bounds a Localhost seccomp profile, which
+	// netshim reads into memory and hands to Docker inline.
+	maxSeccompProfileSize = 1 << 20
+	// maxShownLen is how much of a bad value an error message quotes.
+	maxShownLen = 64
 )
 
 // validateSandboxConfig rejects, before anything is created, what would
@@ -18,18 +54,77 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	if md == nil {
 		return invalidArgf("pod sandbox config: metadata is required")
 	}
-	for field, v := range map[string]string{"name": md.Name, "namespace": md.Namespace, "uid": md.Uid} {
-		if v == "" {
-			return invalidArgf("pod sandbox metadata: %s is required", field)
+	for _, f := range []struct{ field, v string }{{"name", md.Name}, {"namespace", md.Namespace}, {"uid", md.Uid}} {
+		if err := validateNamePart("pod sandbox metadata: "+f.field, f.v); err != nil {
+			return err
 		}
 	}
+	if err := validateHostname(cfg.GetHostname()); err != nil {
+		return err
+	}
+	if err := validateLabelSize("pod sandbox", cfg.GetLabels(), cfg.GetAnnotations()); err != nil {
+		return err
+	}
+	if err := validatePortMappings(cfg.GetPortMappings()); err != nil {
+		return err
+	}
+	if _, _, err := network.ExtractPodBandwidth(cfg.GetAnnotations()); err != nil {
+		return invalidArgf("%v", err)
+	}
+	if err := validateDNSConfig(cfg.GetDnsConfig()); err != nil {
+		return err
+	}
+	linux := cfg.GetLinux()
+	if err := validateCgroupParent(linux.GetCgroupParent()); err != nil {
+		return err
+	}
+	sc := linux.GetSecurityContext()
+	ns := sc.GetNamespaceOptions()
+	if err := validateNamespaceModes("pod sandbox", ns); err != nil {
+		return err
+	}
+	if ns.GetNetwork() == runtimeapi.NamespaceMode_CONTAINER || ns.GetNetwork() == runtimeapi.NamespaceMode_TARGET {
+		return invalidArgf("network namespace mode %s is not supported for a pod sandbox", ns.GetNetwork())
+	}
+	// A nil UsernsOptions reads as mode POD (the enum's zero): only an
+	// explicit POD asks for a user namespace, which Docker cannot give a
+	// pod; ignoring it would run the pod with the node's user IDs.
+	if u := ns.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
+		return invalidArgf("pod sandbox: user namespaces are not supported: Docker has no per-pod user namespace (set hostUsers: true)")
+	}
+	if err := validateSysctls(linux.GetSysctls(), ns); err != nil {
+		return err
+	}
+	if err := validateIDs("pod sandbox", sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups()); err != nil {
+		return err
+	}
+	return validateSeccompProfile("pod sandbox", sc.GetSeccomp())
+}
+
+// validateRunPodSandbox checks a whole RunPodSandbox request.
+func validateRunPodSandbox(r *runtimeapi.RunPodSandboxRequest) error {
+	if err := validateSandboxConfig(r.GetConfig()); err != nil {
+		return err
+	}
+	// A runtime handler (RuntimeClass) netshim cannot honour is refused
+	// rather than the pod silently run with Docker's default runtime.
+	if h := r.GetRuntimeHandler(); h != "" {
+		return invalidArgf("runtime handler %s is not supported: netshim runs every pod with Docker's default runtime; remove the pod's runtimeClassName", shortQuote(h))
+	}
+	return nil
+}
+
+func validatePortMappings(pms []*runtimeapi.PortMapping) error {
 	type portKey struct {
 		proto runtimeapi.Protocol
 		ip    string
 		port  int32
 	}
 	seen := map[portKey]int{}
-	for i, pm := range cfg.GetPortMappings() {
+	for i, pm := range pms {
+		if pm == nil {
+			return invalidArgf("port mapping %d is empty", i)
+		}
 		if pm.ContainerPort <= 0 || pm.ContainerPort > 65535 {
 			return invalidArgf("port mapping %d: container port %d is out of range 1-65535", i, pm.ContainerPort)
 		}
@@ -40,7 +135,7 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 			return invalidArgf("port mapping %d: unknown protocol %d (want TCP, UDP or SCTP)", i, pm.Protocol)
 		}
 		if pm.HostIp != "" && net.ParseIP(pm.HostIp) == nil {
-			return invalidArgf("port mapping %d: host IP %q is not an IP address", i, pm.HostIp)
+			return invalidArgf("port mapping %d: host IP %s is not an IP address", i, shortQuote(pm.HostIp))
 		}
 		if pm.HostPort == 0 {
 			continue
@@ -51,15 +146,335 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 		}
 		seen[k] = i
 	}
-	if _, _, err := network.ExtractPodBandwidth(cfg.GetAnnotations()); err != nil {
-		return invalidArgf("%v", err)
+	return nil
+}
+
+// validateNamePart checks a part of the Docker container name netshim
+// builds (k8s_..._<part>_...): Docker refuses names with other characters,
+// but only when the container is created, after the image is pulled.
+func validateNamePart(field, v string) error {
+	if v == "" {
+		return invalidArgf("%s is required", field)
 	}
-	if ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions(); ns != nil {
-		if ns.Network == runtimeapi.NamespaceMode_CONTAINER || ns.Network == runtimeapi.NamespaceMode_TARGET {
-			return invalidArgf("network namespace mode %s is not supported for a pod sandbox", ns.Network)
+	if len(v) > maxNameLen {
+		return invalidArgf("%s %s is %d characters long; at most %d are allowed", field, shortQuote(v), len(v), maxNameLen)
+	}
+	for _, c := range v {
+		if !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return invalidArgf("%s %s contains %q: only letters, digits, '_', '.' and '-' are allowed (Docker container names)", field, shortQuote(v), c)
 		}
 	}
 	return nil
+}
+
+// validateHostname applies RFC 1123: dot-separated labels of letters,
+// digits and '-', neither starting nor ending with '-', 63 characters in
+// all. Docker refuses other hostnames, and the kernel longer ones at start.
+func validateHostname(h string) error {
+	if h == "" {
+		return nil
+	}
+	if len(h) > maxHostnameLen {
+		return invalidArgf("hostname %s is %d characters long; at most %d are allowed", shortQuote(h), len(h), maxHostnameLen)
+	}
+	for _, label := range strings.Split(h, ".") {
+		if !isRFC1123Label(label) {
+			return invalidArgf("hostname %s is not a valid RFC 1123 hostname: each dot-separated part must be 1-63 letters, digits or '-', and not start or end with '-'", shortQuote(h))
+		}
+	}
+	return nil
+}
+
+func isRFC1123Label(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range s {
+		if !isAlnum(c) && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// validateLabelSize bounds what a request stores in Docker labels.
+func validateLabelSize(what string, labels, annotations map[string]string) error {
+	n := 0
+	for k, v := range labels {
+		n += len(k) + len(v)
+	}
+	for k, v := range annotations {
+		n += len(k) + len(v)
+	}
+	if n > maxLabelBytes {
+		return invalidArgf("%s labels and annotations take %d bytes; at most %d are allowed", what, n, maxLabelBytes)
+	}
+	return nil
+}
+
+// validateDNSConfig checks what Docker writes into the pod's resolv.conf:
+// a search domain or option with white space would add lines of its own.
+func validateDNSConfig(dns *runtimeapi.DNSConfig) error {
+	for _, s := range dns.GetServers() {
+		if net.ParseIP(s) == nil {
+			return invalidArgf("dns config: server %s is not an IP address", shortQuote(s))
+		}
+	}
+	for _, f := range []struct {
+		field string
+		vs    []string
+	}{{"search domain", dns.GetSearches()}, {"option", dns.GetOptions()}} {
+		for _, v := range f.vs {
+			if v == "" || strings.IndexFunc(v, unicode.IsSpace) >= 0 || strings.ContainsRune(v, 0) {
+				return invalidArgf("dns config: %s %s must be non-empty without white space", f.field, shortQuote(v))
+			}
+		}
+	}
+	return nil
+}
+
+// validateCgroupParent refuses a cgroup parent that climbs out of the
+// cgroup hierarchy kubelet manages.
+func validateCgroupParent(p string) error {
+	if hasDotDot(p) || strings.ContainsRune(p, 0) {
+		return invalidArgf("cgroup parent %s must not contain '..' or NUL", shortQuote(p))
+	}
+	return nil
+}
+
+// validateNamespaceModes refuses namespace modes the CRI does not define.
+func validateNamespaceModes(what string, ns *runtimeapi.NamespaceOption) error {
+	for _, m := range []struct {
+		kind string
+		mode runtimeapi.NamespaceMode
+	}{{"network", ns.GetNetwork()}, {"pid", ns.GetPid()}, {"ipc", ns.GetIpc()}} {
+		if _, ok := runtimeapi.NamespaceMode_name[int32(m.mode)]; !ok {
+			return invalidArgf("%s: unknown %s namespace mode %d", what, m.kind, m.mode)
+		}
+	}
+	return nil
+}
+
+// validateIDs refuses negative user and group IDs, which Docker takes as
+// names and fails on only when the container starts.
+func validateIDs(what string, uid, gid *runtimeapi.Int64Value, groups []int64) error {
+	if uid != nil && uid.GetValue() < 0 {
+		return invalidArgf("%s: run_as_user %d is negative", what, uid.GetValue())
+	}
+	if gid != nil && gid.GetValue() < 0 {
+		return invalidArgf("%s: run_as_group %d is negative", what, gid.GetValue())
+	}
+	for _, g := range groups {
+		if g < 0 {
+			return invalidArgf("%s: supplemental group %d is negative", what, g)
+		}
+	}
+	return nil
+}
+
+// sysctlNamespace is the kernel namespace a sysctl belongs to.
+type sysctlNamespace int
+
+const (
+	sysctlNotNamespaced sysctlNamespace = iota
+	sysctlNet
+	sysctlIPC
+	sysctlUTS
+)
+
+// namespacedSysctl classifies a sysctl by the namespace that makes it
+// per-pod. Only these can be set for a pod: runc refuses any other at
+// start, since it would change the whole node. The table follows the
+// kernel: the SysV IPC and POSIX message queue limits are per IPC
+// namespace, everything under net per network namespace.
+func namespacedSysctl(parts []string) sysctlNamespace {
+	switch {
+	case len(parts) >= 2 && parts[0] == "net":
+		return sysctlNet
+	case len(parts) == 2 && parts[0] == "kernel" && (parts[1] == "sem" || strings.HasPrefix(parts[1], "shm") || strings.HasPrefix(parts[1], "msg")):
+		return sysctlIPC
+	case len(parts) >= 3 && parts[0] == "fs" && parts[1] == "mqueue":
+		return sysctlIPC
+	case len(parts) == 2 && parts[0] == "kernel" && (parts[1] == "hostname" || parts[1] == "domainname"):
+		return sysctlUTS
+	}
+	return sysctlNotNamespaced
+}
+
+// splitSysctl splits a sysctl name in either of the forms Kubernetes
+// accepts: dotted ("net.ipv4.ip_forward") or, when the first separator is
+// a slash, slashed ("net/ipv4/conf/eth0.100/forwarding").
+func splitSysctl(name string) ([]string, bool) {
+	if name == "" || len(name) > 256 {
+		return nil, false
+	}
+	for _, c := range name {
+		if !isAlnum(c) && c != '_' && c != '-' && c != '.' && c != '/' {
+			return nil, false
+		}
+	}
+	sep := "."
+	if i := strings.IndexAny(name, "./"); i >= 0 && name[i] == '/' {
+		sep = "/"
+	}
+	parts := strings.Split(name, sep)
+	for i, p := range parts {
+		if p == "" || p == "." || p == ".." {
+			return nil, false
+		}
+		if sep == "." {
+			// A slash in the dotted form stands for a dot in a name
+			// (an interface eth0.100).
+			parts[i] = strings.ReplaceAll(p, "/", ".")
+		}
+	}
+	return parts, true
+}
+
+// validateSysctls refuses sysctls Docker accepts at create but runc
+// refuses at start: unknown or node-wide ones, and namespaced ones whose
+// namespace the pod shares with the node.
+func validateSysctls(sysctls map[string]string, ns *runtimeapi.NamespaceOption) error {
+	names := make([]string, 0, len(sysctls))
+	for k := range sysctls {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		parts, ok := splitSysctl(name)
+		if !ok {
+			return invalidArgf("sysctl %s is not a valid sysctl name", shortQuote(name))
+		}
+		if v := sysctls[name]; strings.ContainsAny(v, "\x00\n") {
+			return invalidArgf("sysctl %s: value %s must be one line without NUL", name, shortQuote(v))
+		}
+		switch namespacedSysctl(parts) {
+		case sysctlNet:
+			if ns.GetNetwork() == runtimeapi.NamespaceMode_NODE {
+				return invalidArgf("sysctl %s cannot be set for a pod on the host network: it would change the node's network settings", name)
+			}
+		case sysctlIPC:
+			if ns.GetIpc() == runtimeapi.NamespaceMode_NODE {
+				return invalidArgf("sysctl %s cannot be set for a pod in the host IPC namespace: it would change the node's IPC limits", name)
+			}
+		case sysctlUTS:
+			return invalidArgf("sysctl %s cannot be set: use the pod's hostname instead", name)
+		default:
+			return invalidArgf("sysctl %s is not namespaced: it would change the whole node, and runc refuses it; only kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.* and net.* can be set for a pod", name)
+		}
+	}
+	return nil
+}
+
+// validateSeccompProfile checks a seccomp profile's type and, for
+// Localhost, that its reference is an absolute path that does not climb:
+// kubelet always sends one under its seccomp profile root.
+func validateSeccompProfile(what string, p *runtimeapi.SecurityProfile) error {
+	switch p.GetProfileType() {
+	case runtimeapi.SecurityProfile_RuntimeDefault, runtimeapi.SecurityProfile_Unconfined:
+		return nil
+	case runtimeapi.SecurityProfile_Localhost:
+		return checkLocalhostProfilePath(p.GetLocalhostRef())
+	}
+	return invalidArgf("%s: unknown seccomp profile type %d", what, p.GetProfileType())
+}
+
+func checkLocalhostProfilePath(ref string) error {
+	if !filepath.IsAbs(ref) || hasDotDot(ref) || strings.ContainsRune(ref, 0) {
+		return invalidArgf("seccomp profile %s: a Localhost profile must be an absolute path without '..'", shortQuote(ref))
+	}
+	return nil
+}
+
+// Filesystem magic numbers (statfs(2)) of the pseudo filesystems whose
+// files are not profiles and may block or have side effects when read.
+const (
+	procSuperMagic = 0x9fa0
+	sysfsMagic     = 0x62656572
+)
+
+// readSeccompProfile reads a Localhost seccomp profile. Only a non-empty
+// regular file of at most maxSeccompProfileSize on a real filesystem is
+// read: the path comes from the pod spec, and a FIFO, a device or a /proc
+// file like kmsg would block the RPC or consume what others need. The
+// file is opened non-blocking for the same reason.
+func readSeccompProfile(path string) ([]byte, error) {
+	if err := checkLocalhostProfilePath(path); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	}
+	if fi.Size() == 0 {
+		return nil, fmt.Errorf("%s is empty", path)
+	}
+	if fi.Size() > maxSeccompProfileSize {
+		return nil, fmt.Errorf("%s is %d bytes; a profile may have at most %d", path, fi.Size(), maxSeccompProfileSize)
+	}
+	if err := refusePseudoFS(f); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxSeccompProfileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxSeccompProfileSize {
+		return nil, fmt.Errorf("%s grew beyond %d bytes while being read", path, maxSeccompProfileSize)
+	}
+	return data, nil
+}
+
+// refusePseudoFS refuses a file on procfs or sysfs. It uses the raw
+// connection: f.Fd() would put the descriptor back in blocking mode.
+func refusePseudoFS(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var st syscall.Statfs_t
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = syscall.Fstatfs(int(fd), &st) }); err != nil {
+		return err
+	}
+	if serr != nil {
+		return serr
+	}
+	if st.Type == procSuperMagic || st.Type == sysfsMagic {
+		return errors.New(f.Name() + " is on /proc or /sys, not a profile file")
+	}
+	return nil
+}
+
+// hasDotDot reports whether a path has a ".." element.
+func hasDotDot(p string) bool {
+	for _, e := range strings.Split(p, "/") {
+		if e == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// shortQuote quotes a value for an error message, cut short: a hostile
+// value may be megabytes long.
+func shortQuote(s string) string {
+	if len(s) <= maxShownLen {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:maxShownLen], len(s))
 }
 
 // protocolName is the lower-case protocol name CNI's portmap expects.

@@ -1,0 +1,226 @@
+package dockerservice
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// This file checks a CreateContainer request before any Docker call, as
+// sandbox_validate.go does for RunPodSandbox: what Docker would refuse only
+// at start, and what would make Docker use host paths the request did not
+// give cleanly (a relative host path is a named volume to Docker).
+
+const (
+	// Docker's and the kernel's bounds for CFS bandwidth (microseconds)
+	// and CPU shares (cgroup v1).
+	minCPUPeriod = 1000
+	maxCPUPeriod = 1000000
+	minCPUQuota  = 1000
+	maxCPUShares = 262144
+)
+
+// validateContainerSpec checks a container config whose metadata and
+// image are present (validateContainerConfig checked that).
+func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
+	name := cfg.GetMetadata().GetName()
+	if err := validateNamePart("container metadata: name", name); err != nil {
+		return err
+	}
+	what := "container " + name
+	if _, err := imageLookupRef(cfg.GetImage().GetImage()); err != nil {
+		return invalidArgf("%s: %v", what, err)
+	}
+	if err := validateLabelSize(what, cfg.GetLabels(), cfg.GetAnnotations()); err != nil {
+		return err
+	}
+	if err := validateProcess(what, cfg); err != nil {
+		return err
+	}
+	if err := validateMounts(what, cfg.GetMounts()); err != nil {
+		return err
+	}
+	if err := validateDevices(what, cfg.GetDevices()); err != nil {
+		return err
+	}
+	linux := cfg.GetLinux()
+	if err := validateResources(what, linux.GetResources()); err != nil {
+		return err
+	}
+	sc := linux.GetSecurityContext()
+	if err := validateNamespaceModes(what, sc.GetNamespaceOptions()); err != nil {
+		return err
+	}
+	if err := validateIDs(what, sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups()); err != nil {
+		return err
+	}
+	if err := validateSeccompProfile(what, sc.GetSeccomp()); err != nil {
+		return err
+	}
+	return validateAppArmorProfile(what, sc.GetApparmor())
+}
+
+// validateProcess checks what becomes the process's argv, environment
+// and working directory: a NUL in any of them makes the start fail, and
+// a '=' in a variable's name would set another variable.
+func validateProcess(what string, cfg *runtimeapi.ContainerConfig) error {
+	for _, kv := range cfg.GetEnvs() {
+		if strings.ContainsAny(kv.GetKey(), "=\x00") {
+			return invalidArgf("%s: environment variable name %s must not contain '=' or NUL", what, shortQuote(kv.GetKey()))
+		}
+		if strings.ContainsRune(string(kv.GetValue()), 0) {
+			return invalidArgf("%s: environment variable %s has a NUL in its value", what, shortQuote(kv.GetKey()))
+		}
+	}
+	for _, a := range append(append([]string{}, cfg.GetCommand()...), cfg.GetArgs()...) {
+		if strings.ContainsRune(a, 0) {
+			return invalidArgf("%s: command argument %s contains NUL", what, shortQuote(a))
+		}
+	}
+	if wd := cfg.GetWorkingDir(); wd != "" && (!filepath.IsAbs(wd) || strings.ContainsRune(wd, 0)) {
+		return invalidArgf("%s: working directory %s must be an absolute path", what, shortQuote(wd))
+	}
+	return nil
+}
+
+// validateMounts checks the host side of every mount: an absolute path
+// without '..' (what kubelet sends). Docker reads a relative host path as
+// the name of a volume it creates.
+func validateMounts(what string, ms []*runtimeapi.Mount) error {
+	for i, m := range ms {
+		if m == nil {
+			return invalidArgf("%s: mount %d is empty", what, i)
+		}
+		if err := checkHostPath(m.GetHostPath()); err != nil {
+			return invalidArgf("%s: mount %s: host path %s %v", what, shortQuote(m.GetContainerPath()), shortQuote(m.GetHostPath()), err)
+		}
+		if p := m.GetContainerPath(); !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
+			return invalidArgf("%s: mount %s: the container path must be absolute", what, shortQuote(p))
+		}
+	}
+	return nil
+}
+
+// validateDevices checks device mappings like mounts, and their cgroup
+// permissions.
+func validateDevices(what string, ds []*runtimeapi.Device) error {
+	for i, d := range ds {
+		if d == nil {
+			return invalidArgf("%s: device %d is empty", what, i)
+		}
+		if err := checkHostPath(d.GetHostPath()); err != nil {
+			return invalidArgf("%s: device %s %v", what, shortQuote(d.GetHostPath()), err)
+		}
+		if p := d.GetContainerPath(); !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
+			return invalidArgf("%s: device %s: the container path %s must be absolute", what, shortQuote(d.GetHostPath()), shortQuote(p))
+		}
+		perms := d.GetPermissions()
+		if strings.Trim(perms, "rwm") != "" {
+			return invalidArgf("%s: device %s: permissions %s may only hold r, w and m", what, shortQuote(d.GetHostPath()), shortQuote(perms))
+		}
+	}
+	return nil
+}
+
+func checkHostPath(p string) error {
+	switch {
+	case p == "":
+		return errString("is required")
+	case !filepath.IsAbs(p):
+		return errString("must be absolute")
+	case hasDotDot(p):
+		return errString("must not contain '..'")
+	case strings.ContainsRune(p, 0):
+		return errString("must not contain NUL")
+	}
+	return nil
+}
+
+// errString is an error whose text completes a sentence.
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// validateResources refuses limits the kernel or Docker cannot take. Zero
+// means "not set" for every field, as for Docker. Used by CreateContainer
+// and UpdateContainerResources.
+func validateResources(what string, res *runtimeapi.LinuxContainerResources) error {
+	if res == nil {
+		return nil
+	}
+	switch s := res.GetCpuShares(); {
+	case s < 0:
+		return invalidArgf("%s: cpu_shares %d is negative", what, s)
+	case s > maxCPUShares:
+		return invalidArgf("%s: cpu_shares %d is above the kernel's maximum %d", what, s, maxCPUShares)
+	}
+	if p := res.GetCpuPeriod(); p != 0 && (p < minCPUPeriod || p > maxCPUPeriod) {
+		return invalidArgf("%s: cpu_period %d is out of range %d-%d (microseconds)", what, p, minCPUPeriod, maxCPUPeriod)
+	}
+	// -1 is the kernel's "no limit".
+	if q := res.GetCpuQuota(); q < -1 || (q > 0 && q < minCPUQuota) {
+		return invalidArgf("%s: cpu_quota %d is invalid: want 0 (unset), -1 (no limit) or at least %d microseconds", what, q, minCPUQuota)
+	}
+	mem, swap := res.GetMemoryLimitInBytes(), res.GetMemorySwapLimitInBytes()
+	if mem < 0 {
+		return invalidArgf("%s: memory_limit_in_bytes %d is negative", what, mem)
+	}
+	if swap < -1 {
+		return invalidArgf("%s: memory_swap_limit_in_bytes %d is invalid: want 0 (unset), -1 (no limit) or a byte count", what, swap)
+	}
+	if swap > 0 && mem > 0 && swap < mem {
+		return invalidArgf("%s: memory_swap_limit_in_bytes %d is below memory_limit_in_bytes %d (it counts memory plus swap)", what, swap, mem)
+	}
+	if o := res.GetOomScoreAdj(); o < -1000 || o > 1000 {
+		return invalidArgf("%s: oom_score_adj %d is out of range -1000-1000", what, o)
+	}
+	for _, f := range []struct{ field, v string }{{"cpuset_cpus", res.GetCpusetCpus()}, {"cpuset_mems", res.GetCpusetMems()}} {
+		if !validCPUSet(f.v) {
+			return invalidArgf("%s: %s %s is not a list like 0-3,5", what, f.field, shortQuote(f.v))
+		}
+	}
+	return nil
+}
+
+// validCPUSet checks the kernel's list format ("0-3,5,7-8"); empty means
+// unset.
+func validCPUSet(s string) bool {
+	if s == "" {
+		return true
+	}
+	for _, r := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(r, "-")
+		a, err := strconv.ParseUint(lo, 10, 16)
+		if err != nil {
+			return false
+		}
+		if isRange {
+			b, err := strconv.ParseUint(hi, 10, 16)
+			if err != nil || b < a {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// validateAppArmorProfile checks an AppArmor profile's type and, for
+// Localhost, its name: a profile loaded on the node, which Docker hands to
+// the kernel by name.
+func validateAppArmorProfile(what string, p *runtimeapi.SecurityProfile) error {
+	switch p.GetProfileType() {
+	case runtimeapi.SecurityProfile_RuntimeDefault, runtimeapi.SecurityProfile_Unconfined:
+		return nil
+	case runtimeapi.SecurityProfile_Localhost:
+		name := strings.TrimPrefix(p.GetLocalhostRef(), "localhost/")
+		if name == "" || hasDotDot(name) || strings.IndexFunc(name, isSpaceOrControl) >= 0 {
+			return invalidArgf("%s: apparmor profile %s: a Localhost profile needs the name of a loaded profile, without white space or '..'", what, shortQuote(p.GetLocalhostRef()))
+		}
+		return nil
+	}
+	return invalidArgf("%s: unknown apparmor profile type %d", what, p.GetProfileType())
+}
+
+func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 }

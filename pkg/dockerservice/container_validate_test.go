@@ -1,0 +1,107 @@
+package dockerservice
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestValidateContainerSpec(t *testing.T) {
+	res := func(f func(*runtimeapi.LinuxContainerResources)) func(*runtimeapi.ContainerConfig) {
+		return func(c *runtimeapi.ContainerConfig) {
+			c.Linux.Resources = &runtimeapi.LinuxContainerResources{}
+			f(c.Linux.Resources)
+		}
+	}
+	mount := func(host, ctr string) func(*runtimeapi.ContainerConfig) {
+		return func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: host, ContainerPath: ctr}}
+		}
+	}
+	sec := func(f func(*runtimeapi.LinuxContainerSecurityContext)) func(*runtimeapi.ContainerConfig) {
+		return func(c *runtimeapi.ContainerConfig) { f(c.Linux.SecurityContext) }
+	}
+	cases := []struct {
+		name    string
+		mutate  func(*runtimeapi.ContainerConfig)
+		wantErr string
+	}{
+		{"valid", func(*runtimeapi.ContainerConfig) {}, ""},
+		{"valid resources", res(func(r *runtimeapi.LinuxContainerResources) {
+			r.CpuShares, r.CpuPeriod, r.CpuQuota, r.MemoryLimitInBytes, r.MemorySwapLimitInBytes, r.OomScoreAdj, r.CpusetCpus = 1024, 100000, 50000, 64<<20, 128<<20, -997, "0-1,3"
+		}), ""},
+		{"unlimited quota and swap", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuQuota, r.MemorySwapLimitInBytes = -1, -1 }), ""},
+		{"name with space", func(c *runtimeapi.ContainerConfig) { c.Metadata.Name = "a b" }, "container metadata: name"},
+		{"bad image ref", func(c *runtimeapi.ContainerConfig) { c.Image.Image = "UPPER/Case:tag" }, "invalid image reference"},
+		{"bad image id", func(c *runtimeapi.ContainerConfig) { c.Image.Image = "sha256:xyz" }, "invalid image ID"},
+		{"huge labels", func(c *runtimeapi.ContainerConfig) { c.Labels["big"] = strings.Repeat("x", maxLabelBytes) }, "labels and annotations"},
+		{"env name with =", func(c *runtimeapi.ContainerConfig) {
+			c.Envs = append(c.Envs, &runtimeapi.KeyValue{Key: "A=B", Value: []byte("c")})
+		}, "environment variable name"},
+		{"env value NUL", func(c *runtimeapi.ContainerConfig) {
+			c.Envs = append(c.Envs, &runtimeapi.KeyValue{Key: "A", Value: []byte("c\x00")})
+		}, "NUL"},
+		{"arg NUL", func(c *runtimeapi.ContainerConfig) { c.Args = []string{"a\x00b"} }, "command argument"},
+		{"relative workdir", func(c *runtimeapi.ContainerConfig) { c.WorkingDir = "work" }, "working directory"},
+		{"relative host path", mount("data", "/data"), "must be absolute"},
+		{"traversing host path", mount("/var/lib/kubelet/pods/../../../etc", "/data"), "'..'"},
+		{"empty host path", mount("", "/data"), "is required"},
+		{"relative container path", mount("/data", "data"), "container path"},
+		{"nil mount", func(c *runtimeapi.ContainerConfig) { c.Mounts = []*runtimeapi.Mount{nil} }, "mount 0 is empty"},
+		{"relative device", func(c *runtimeapi.ContainerConfig) {
+			c.Devices = []*runtimeapi.Device{{HostPath: "dev/fuse", ContainerPath: "/dev/fuse"}}
+		}, "must be absolute"},
+		{"device perms", func(c *runtimeapi.ContainerConfig) {
+			c.Devices = []*runtimeapi.Device{{HostPath: "/dev/fuse", ContainerPath: "/dev/fuse", Permissions: "rwx"}}
+		}, "permissions"},
+		{"negative shares", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuShares = -2 }), "cpu_shares -2"},
+		{"absurd shares", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuShares = 1 << 40 }), "cpu_shares"},
+		{"period too small", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuPeriod = 10 }), "cpu_period 10"},
+		{"negative period", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuPeriod = -100000 }), "cpu_period"},
+		{"negative quota", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuQuota = -5 }), "cpu_quota -5"},
+		{"tiny quota", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuQuota = 10 }), "cpu_quota 10"},
+		{"negative memory", res(func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -1 }), "memory_limit_in_bytes -1"},
+		{"negative swap", res(func(r *runtimeapi.LinuxContainerResources) { r.MemorySwapLimitInBytes = -2 }), "memory_swap_limit_in_bytes -2"},
+		{"swap below memory", res(func(r *runtimeapi.LinuxContainerResources) {
+			r.MemoryLimitInBytes, r.MemorySwapLimitInBytes = 2<<20, 1<<20
+		}), "below memory_limit"},
+		{"oom score", res(func(r *runtimeapi.LinuxContainerResources) { r.OomScoreAdj = 1001 }), "oom_score_adj 1001"},
+		{"cpuset", res(func(r *runtimeapi.LinuxContainerResources) { r.CpusetCpus = "3-1" }), "cpuset_cpus"},
+		{"cpuset garbage", res(func(r *runtimeapi.LinuxContainerResources) { r.CpusetMems = "all" }), "cpuset_mems"},
+		{"negative uid", sec(func(s *runtimeapi.LinuxContainerSecurityContext) { s.RunAsUser = &runtimeapi.Int64Value{Value: -1} }), "run_as_user -1"},
+		{"seccomp traversal", sec(func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "/seccomp/../../etc/shadow"}
+		}), "seccomp profile"},
+		{"apparmor traversal", sec(func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "localhost/../../x"}
+		}), "apparmor profile"},
+		{"apparmor newline", sec(func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "p\nchangeprofile x"}
+		}), "apparmor profile"},
+		{"apparmor empty", sec(func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost}
+		}), "apparmor profile"},
+		{"apparmor named ok", sec(func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "localhost/k8s-apparmor-example"}
+		}), ""},
+		{"unknown ipc mode", sec(func(s *runtimeapi.LinuxContainerSecurityContext) { s.NamespaceOptions.Ipc = 77 }), "ipc namespace mode 77"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ctrConfig("c")
+			tc.mutate(cfg)
+			err := validateContainerSpec(cfg)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("valid config refused: %v", err)
+				}
+				return
+			}
+			if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got %v (code %v), want InvalidArgument mentioning %q", err, codeOf(err), tc.wantErr)
+			}
+		})
+	}
+}

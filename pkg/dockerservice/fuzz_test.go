@@ -1,0 +1,239 @@
+package dockerservice
+
+import (
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+)
+
+// The fuzz targets here decode a CRI config from fuzzed protobuf bytes, so
+// every field the mapping reads can be reached, run it through the
+// RPC's validation and the mapping to Docker, and check that the result
+// only uses what the request gave: host paths, labels and names.
+
+func mustMarshal(f *testing.F, m proto.Message) []byte {
+	f.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return b
+}
+
+// fuzzService is a DockerService with just what the mapping reads.
+func fuzzService() *DockerService {
+	return &DockerService{cfg: Config{PodInfraImage: testPauseImage}}
+}
+
+// mapsEqual compares string maps, nil and empty alike.
+func mapsEqual(a, b map[string]string) bool { return len(a) == len(b) && maps.Equal(a, b) }
+
+func FuzzSandboxDockerConfig(f *testing.F) {
+	f.Add(mustMarshal(f, podConfig("web")))
+	host := podConfig("host")
+	host.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{
+		NamespaceOptions:   &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Ipc: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_NODE},
+		RunAsUser:          &runtimeapi.Int64Value{Value: 1000},
+		RunAsGroup:         &runtimeapi.Int64Value{Value: 3000},
+		SupplementalGroups: []int64{4, 5},
+		Seccomp:            &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined},
+	}
+	host.Linux.Sysctls = map[string]string{"kernel.shm_rmid_forced": "1"}
+	f.Add(mustMarshal(f, host))
+	odd := podConfig("odd")
+	odd.Labels = map[string]string{"": "", "label.x": "annotation.y", "netshim.io/type": "container", "a\nb": "ü"}
+	odd.Annotations = map[string]string{"label.k": "v", "io.kubernetes.container.restartCount": "99"}
+	odd.Linux.Sysctls = map[string]string{"net.ipv4.ip_unprivileged_port_start": "0", "net/ipv4/conf/eth0.1/forwarding": "1"}
+	f.Add(mustMarshal(f, odd))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg := &runtimeapi.PodSandboxConfig{}
+		if proto.Unmarshal(data, cfg) != nil {
+			return
+		}
+		if err := validateRunPodSandbox(&runtimeapi.RunPodSandboxRequest{Config: cfg}); err != nil {
+			if codeOf(err) != codes.InvalidArgument {
+				t.Fatalf("validation error %v has code %v, want InvalidArgument", err, codeOf(err))
+			}
+			return
+		}
+		config, hc, err := fuzzService().sandboxDockerConfig(cfg, "")
+		if err != nil {
+			if codeOf(err) != codes.InvalidArgument {
+				t.Fatalf("mapping error %v has code %v, want InvalidArgument", err, codeOf(err))
+			}
+			return
+		}
+		// A sandbox mounts nothing from the host.
+		if len(hc.Binds) != 0 || len(hc.Mounts) != 0 || len(config.Volumes) != 0 || len(hc.VolumesFrom) != 0 || len(hc.Devices) != 0 {
+			t.Fatalf("sandbox got host paths: binds %v mounts %v volumes %v devices %v", hc.Binds, hc.Mounts, config.Volumes, hc.Devices)
+		}
+		if config.Image != testPauseImage || hc.CgroupParent != cfg.GetLinux().GetCgroupParent() {
+			t.Fatalf("image %q cgroup parent %q", config.Image, hc.CgroupParent)
+		}
+		if hc.NetworkMode != "none" && hc.NetworkMode != "host" {
+			t.Fatalf("network mode %q", hc.NetworkMode)
+		}
+		if config.Hostname != "" && config.Hostname != cfg.GetHostname() {
+			t.Fatalf("hostname %q, asked %q", config.Hostname, cfg.GetHostname())
+		}
+		info, ok := decodeExtra(store.KindSandbox, config.Labels).(*sandboxInfo)
+		if !ok {
+			t.Fatal("labels do not decode as a sandbox's")
+		}
+		if !mapsEqual(info.labels, cfg.GetLabels()) || !mapsEqual(info.annotations, cfg.GetAnnotations()) {
+			t.Fatalf("labels/annotations decode to %v / %v, want %v / %v", info.labels, info.annotations, cfg.GetLabels(), cfg.GetAnnotations())
+		}
+		md := cfg.GetMetadata()
+		if got := info.metadata; got.Name != md.Name || got.Namespace != md.Namespace || got.Uid != md.Uid || got.Attempt != md.Attempt {
+			t.Fatalf("metadata decodes to %v, want %v", got, md)
+		}
+		if !proto.Equal(info.nsOptions, nsOrEmpty(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions())) {
+			t.Fatalf("namespace options decode to %v, want %v", info.nsOptions, cfg.GetLinux().GetSecurityContext().GetNamespaceOptions())
+		}
+	})
+}
+
+func nsOrEmpty(ns *runtimeapi.NamespaceOption) *runtimeapi.NamespaceOption {
+	if ns == nil {
+		return &runtimeapi.NamespaceOption{}
+	}
+	return ns
+}
+
+func FuzzContainerDockerConfig(f *testing.F) {
+	full := ctrConfig("app")
+	full.Mounts = []*runtimeapi.Mount{
+		{HostPath: "/var/lib/kubelet/pods/p/volumes/data", ContainerPath: "/data", Readonly: true, SelinuxRelabel: true, Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER},
+		{HostPath: "/srv/a:b", ContainerPath: "/colon", Propagation: runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL},
+		{HostPath: "/srv/ro", ContainerPath: "/ro", Readonly: true, RecursiveReadOnly: true},
+		{HostPath: "/etc/hosts-of-pod", ContainerPath: "/etc/hosts"},
+	}
+	full.Devices = []*runtimeapi.Device{{HostPath: "/dev/fuse", ContainerPath: "/dev/fuse", Permissions: "rw"}}
+	full.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuShares: 512, CpuPeriod: 100000, CpuQuota: 50000, MemoryLimitInBytes: 64 << 20, OomScoreAdj: 1000, CpusetCpus: "0-1"}
+	full.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
+		NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD},
+		Capabilities:     &runtimeapi.Capability{AddCapabilities: []string{"net_admin"}, DropCapabilities: []string{"ALL"}},
+		RunAsUser:        &runtimeapi.Int64Value{Value: 1000},
+		Apparmor:         &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "localhost/p"},
+		MaskedPaths:      []string{"/proc/kcore"},
+		ReadonlyRootfs:   true,
+	}
+	f.Add(mustMarshal(f, full), false)
+	f.Add(mustMarshal(f, ctrConfig("plain")), true)
+	f.Add([]byte{}, false)
+	f.Fuzz(func(t *testing.T, data []byte, hostNet bool) {
+		cfg := &runtimeapi.ContainerConfig{}
+		if proto.Unmarshal(data, cfg) != nil {
+			return
+		}
+		const sandboxID = "0123456789abcdef"
+		r := &runtimeapi.CreateContainerRequest{PodSandboxId: sandboxID, Config: cfg}
+		if err := validateContainerConfig(r); err != nil {
+			if codeOf(err) != codes.InvalidArgument {
+				t.Fatalf("validation error %v has code %v, want InvalidArgument", err, codeOf(err))
+			}
+			return
+		}
+		pod := &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: "uid", Attempt: 1}
+		labels, err := containerLabels(containerLabelsInput{sandboxID: sandboxID, pod: pod, cfg: cfg, logPath: "/logs/c.log", imageRef: testImageDigest, stopSignal: "SIGTERM"})
+		if err != nil {
+			t.Fatalf("labels: %v", err)
+		}
+		sandboxNS := &runtimeapi.NamespaceOption{}
+		if hostNet {
+			sandboxNS.Network = runtimeapi.NamespaceMode_NODE
+		}
+		in := containerDockerInput{
+			cfg: cfg, labels: labels, sandboxID: sandboxID, sandboxNS: sandboxNS,
+			cgroupParent: "/kubepods/pod1", pidTarget: "fedcba9876543210", apiVersion: "1.44",
+			resolvConfPath: "/var/lib/docker/containers/" + sandboxID + "/resolv.conf",
+			hostsPath:      "/var/lib/docker/containers/" + sandboxID + "/hosts",
+		}
+		config, hc, err := fuzzService().containerDockerConfig(in)
+		if err != nil {
+			if codeOf(err) != codes.InvalidArgument {
+				t.Fatalf("mapping error %v has code %v, want InvalidArgument", err, codeOf(err))
+			}
+			return
+		}
+		checkContainerHostPaths(t, cfg, in, config, hc)
+		if hc.CgroupParent != in.cgroupParent {
+			t.Fatalf("cgroup parent %q", hc.CgroupParent)
+		}
+		if hc.NetworkMode != "host" && hc.NetworkMode != container.NetworkMode("container:"+sandboxID) {
+			t.Fatalf("network mode %q", hc.NetworkMode)
+		}
+		info, ok := decodeExtra(store.KindContainer, config.Labels).(*containerInfo)
+		if !ok {
+			t.Fatal("labels do not decode as a container's")
+		}
+		if !mapsEqual(info.labels, cfg.GetLabels()) || !mapsEqual(info.annotations, cfg.GetAnnotations()) {
+			t.Fatalf("labels/annotations decode to %v / %v, want %v / %v", info.labels, info.annotations, cfg.GetLabels(), cfg.GetAnnotations())
+		}
+		if info.metadata.GetName() != cfg.GetMetadata().GetName() || info.metadata.GetAttempt() != cfg.GetMetadata().GetAttempt() {
+			t.Fatalf("metadata decodes to %v, want %v", info.metadata, cfg.GetMetadata())
+		}
+		if info.logPath != "/logs/c.log" || info.tty != cfg.GetTty() {
+			t.Fatalf("log path %q tty %v", info.logPath, info.tty)
+		}
+	})
+}
+
+// checkContainerHostPaths fails unless every host path the Docker config
+// uses is one the request gave (or the sandbox's resolv.conf and hosts),
+// absolute and without '..', mounted where the request said.
+func checkContainerHostPaths(t *testing.T, cfg *runtimeapi.ContainerConfig, in containerDockerInput, config *container.Config, hc *container.HostConfig) {
+	t.Helper()
+	type pair struct{ src, dst string }
+	allowed := map[pair]bool{{in.resolvConfPath, etcResolvConf}: true, {in.hostsPath, etcHosts}: true}
+	for _, m := range cfg.GetMounts() {
+		allowed[pair{m.GetHostPath(), filepath.Clean(m.GetContainerPath())}] = true
+	}
+	check := func(src, dst string) {
+		t.Helper()
+		if !filepath.IsAbs(src) || hasDotDot(src) {
+			t.Fatalf("host path %q is relative or climbs", src)
+		}
+		if !allowed[pair{src, dst}] {
+			t.Fatalf("host path %q mounted at %q: the request did not ask for that (mounts %v)", src, dst, cfg.GetMounts())
+		}
+	}
+	for _, b := range hc.Binds {
+		parts := strings.Split(b, ":")
+		if len(parts) < 2 || len(parts) > 3 {
+			t.Fatalf("bind %q is not src:dst[:opts]", b)
+		}
+		check(parts[0], parts[1])
+	}
+	for _, m := range hc.Mounts {
+		if m.Type != "bind" {
+			t.Fatalf("mount of type %q", m.Type)
+		}
+		check(m.Source, m.Target)
+	}
+	devices := map[string]bool{}
+	for _, d := range cfg.GetDevices() {
+		devices[d.GetHostPath()] = true
+	}
+	for _, d := range hc.Devices {
+		if !devices[d.PathOnHost] || !filepath.IsAbs(d.PathOnHost) || hasDotDot(d.PathOnHost) {
+			t.Fatalf("device %q was not in the request, or is relative or climbs", d.PathOnHost)
+		}
+	}
+	if len(config.Volumes) != 0 || len(hc.VolumesFrom) != 0 || len(hc.Tmpfs) != 0 {
+		t.Fatalf("volumes %v, volumes-from %v, tmpfs %v", config.Volumes, hc.VolumesFrom, hc.Tmpfs)
+	}
+	if slices.ContainsFunc(hc.SecurityOpt, func(s string) bool { return strings.Contains(s, "\n") && !strings.HasPrefix(s, "seccomp=") }) {
+		t.Fatalf("security opts with a newline: %q", hc.SecurityOpt)
+	}
+}

@@ -1,0 +1,164 @@
+package dockerservice
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestValidateSandboxConfig(t *testing.T) {
+	hostNet := func(c *runtimeapi.PodSandboxConfig) {
+		c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}
+	}
+	hostIPC := func(c *runtimeapi.PodSandboxConfig) {
+		c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE}}
+	}
+	sysctl := func(k, v string) func(*runtimeapi.PodSandboxConfig) {
+		return func(c *runtimeapi.PodSandboxConfig) { c.Linux.Sysctls = map[string]string{k: v} }
+	}
+	seccomp := func(ref string) func(*runtimeapi.PodSandboxConfig) {
+		return func(c *runtimeapi.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{Seccomp: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: ref}}
+		}
+	}
+	cases := []struct {
+		name   string
+		mutate []func(*runtimeapi.PodSandboxConfig)
+		// wantErr is a part of the message; "" means valid.
+		wantErr string
+	}{
+		{"valid", nil, ""},
+		{"hostname with dots", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Hostname = "web.v1-a" }}, ""},
+		{"hostname 63", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Hostname = strings.Repeat("a", 63) }}, ""},
+		{"hostname 64", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Hostname = strings.Repeat("a", 64) }}, "hostname"},
+		{"hostname underscore", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Hostname = "web_1" }}, "RFC 1123"},
+		{"hostname leading dash", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Hostname = "-web" }}, "RFC 1123"},
+		{"hostname empty label", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Hostname = "a..b" }}, "RFC 1123"},
+		{"hostname newline", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Hostname = "a\nb" }}, "hostname"},
+		{"name with slash", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Metadata.Name = "a/b" }}, "metadata: name"},
+		{"huge namespace", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Metadata.Namespace = strings.Repeat("n", 300) }}, "metadata: namespace"},
+		{"huge annotations", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Annotations["big"] = strings.Repeat("x", maxLabelBytes) }}, "annotations"},
+		{"net sysctl", []func(*runtimeapi.PodSandboxConfig){sysctl("net.ipv4.ip_unprivileged_port_start", "0")}, ""},
+		{"slashed net sysctl", []func(*runtimeapi.PodSandboxConfig){sysctl("net/ipv4/conf/eth0.100/forwarding", "1")}, ""},
+		{"ipc sysctls", []func(*runtimeapi.PodSandboxConfig){sysctl("kernel.shm_rmid_forced", "1"), func(c *runtimeapi.PodSandboxConfig) {
+			c.Linux.Sysctls["kernel.msgmax"], c.Linux.Sysctls["kernel.sem"], c.Linux.Sysctls["fs.mqueue.msg_max"] = "1", "1 2 3 4", "10"
+		}}, ""},
+		{"node-wide sysctl", []func(*runtimeapi.PodSandboxConfig){sysctl("kernel.panic", "1")}, "not namespaced"},
+		{"vm sysctl", []func(*runtimeapi.PodSandboxConfig){sysctl("vm.swappiness", "1")}, "not namespaced"},
+		{"unknown kernel.sem prefix", []func(*runtimeapi.PodSandboxConfig){sysctl("kernel.semfoo.x", "1")}, "not namespaced"},
+		{"fs.mqueue alone", []func(*runtimeapi.PodSandboxConfig){sysctl("fs.mqueue", "1")}, "not namespaced"},
+		{"net alone", []func(*runtimeapi.PodSandboxConfig){sysctl("net", "1")}, "not namespaced"},
+		{"uts sysctl", []func(*runtimeapi.PodSandboxConfig){sysctl("kernel.hostname", "x")}, "hostname"},
+		{"traversing sysctl", []func(*runtimeapi.PodSandboxConfig){sysctl("net/../../etc/passwd", "x")}, "not a valid sysctl name"},
+		{"dotdot sysctl", []func(*runtimeapi.PodSandboxConfig){sysctl("net..ipv4", "x")}, "not a valid sysctl name"},
+		{"sysctl value newline", []func(*runtimeapi.PodSandboxConfig){sysctl("net.ipv4.ip_forward", "1\n2")}, "one line"},
+		{"net sysctl host network", []func(*runtimeapi.PodSandboxConfig){hostNet, sysctl("net.ipv4.ip_forward", "1")}, "host network"},
+		{"ipc sysctl host network ok", []func(*runtimeapi.PodSandboxConfig){hostNet, sysctl("kernel.shmmax", "1")}, ""},
+		{"ipc sysctl host ipc", []func(*runtimeapi.PodSandboxConfig){hostIPC, sysctl("kernel.shmmax", "1")}, "host IPC"},
+		{"net sysctl host ipc ok", []func(*runtimeapi.PodSandboxConfig){hostIPC, sysctl("net.core.somaxconn", "1")}, ""},
+		{"host port negative", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.PortMappings[0].HostPort = -1 }}, "host port -1"},
+		{"host port 65536", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.PortMappings[0].HostPort = 65536 }}, "host port 65536"},
+		{"container port negative", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.PortMappings[0].ContainerPort = -80 }}, "container port -80"},
+		{"nil port mapping", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.PortMappings = append(c.PortMappings, nil) }}, "port mapping 1"},
+		{"dns server", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.DnsConfig.Servers = []string{"dns.example"} }}, "server"},
+		{"dns search injection", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.DnsConfig.Searches = []string{"a\nnameserver 6.6.6.6"} }}, "search domain"},
+		{"cgroup parent traversal", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Linux.CgroupParent = "/kubepods/../../escape" }}, "cgroup parent"},
+		{"negative run_as_user", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{RunAsUser: &runtimeapi.Int64Value{Value: -1}}
+		}}, "run_as_user"},
+		{"negative group", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{SupplementalGroups: []int64{5, -2}}
+		}}, "supplemental group -2"},
+		{"unknown pid mode", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Pid: 9}}
+		}}, "pid namespace mode 9"},
+		{"user namespace", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}}
+		}}, "user namespaces"},
+		{"seccomp relative", []func(*runtimeapi.PodSandboxConfig){seccomp("profiles/a.json")}, "seccomp profile"},
+		{"seccomp traversal", []func(*runtimeapi.PodSandboxConfig){seccomp("/var/lib/kubelet/seccomp/../../../../etc/shadow")}, "seccomp profile"},
+		{"seccomp unknown type", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{Seccomp: &runtimeapi.SecurityProfile{ProfileType: 42}}
+		}}, "seccomp profile type 42"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := podConfig("v")
+			for _, m := range tc.mutate {
+				m(cfg)
+			}
+			err := validateSandboxConfig(cfg)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("valid config refused: %v", err)
+				}
+				return
+			}
+			if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got %v (code %v), want InvalidArgument mentioning %q", err, codeOf(err), tc.wantErr)
+			}
+			if len(err.Error()) > 600 {
+				t.Errorf("message is %d bytes long: a hostile value must be cut short", len(err.Error()))
+			}
+		})
+	}
+}
+
+func TestRunPodSandboxRefusesRuntimeHandler(t *testing.T) {
+	err := validateRunPodSandbox(&runtimeapi.RunPodSandboxRequest{Config: podConfig("v"), RuntimeHandler: "kata"})
+	if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"kata"`) {
+		t.Fatalf("got %v, want InvalidArgument naming the handler", err)
+	}
+	if err := validateRunPodSandbox(&runtimeapi.RunPodSandboxRequest{Config: podConfig("v")}); err != nil {
+		t.Fatalf("default handler refused: %v", err)
+	}
+}
+
+func TestReadSeccompProfile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	if err := os.WriteFile(good, []byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.json")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(big, make([]byte, maxSeccompProfileSize+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := readSeccompProfile(good); err != nil || !strings.Contains(string(data), "SCMP_ACT_ALLOW") {
+		t.Fatalf("good profile: %q, %v", data, err)
+	}
+	cases := map[string]string{
+		"relative":  "good.json",
+		"traversal": dir + "/../" + filepath.Base(dir) + "/good.json",
+		"missing":   filepath.Join(dir, "missing.json"),
+		"directory": dir,
+		"empty":     empty,
+		"too big":   big,
+		// A FIFO would block the RPC until a writer came.
+		"fifo": fifo,
+		// procfs files look regular but may block (kmsg) or have side
+		// effects when read.
+		"procfs": "/proc/self/status",
+		"device": "/dev/zero",
+	}
+	for name, path := range cases {
+		t.Run(name, func(t *testing.T) {
+			if data, err := readSeccompProfile(path); err == nil {
+				t.Fatalf("read %d bytes from %s, want an error", len(data), path)
+			}
+		})
+	}
+}
