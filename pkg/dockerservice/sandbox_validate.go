@@ -458,16 +458,6 @@ func refusePseudoFS(f *os.File) error {
 	return nil
 }
 
-// hasDotDot reports whether a path has a ".." element.
-func hasDotDot(p string) bool {
-	for _, e := range strings.Split(p, "/") {
-		if e == ".." {
-			return true
-		}
-	}
-	return false
-}
-
 // shortQuote quotes a value for an error message, cut short: a hostile
 // value may be megabytes long.
 func shortQuote(s string) string {
