@@ -2,7 +2,12 @@ package dockerservice
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // lockSandbox resolves a sandbox ID (or unique prefix), takes the sandbox's
@@ -13,6 +18,20 @@ import (
 // gives up with ctx: a call queued behind a long CNI ADD returns
 // DeadlineExceeded to its caller, which retries.
 func (ds *DockerService) lockSandbox(ctx context.Context, id string) (ref sandboxRef, found bool, unlock func(), err error) {
+	if id == "" {
+		return ref, false, nil, invalidArgf("pod sandbox ID is required")
+	}
+	// The index may lack a sandbox that exists (events dropped, a resync
+	// not done yet): Lookup asks Docker then and records what it finds,
+	// so that Stop and Remove never skip a live infra container. A known
+	// ID costs no Docker call.
+	if _, err := ds.index.Lookup(ctx, id); err != nil {
+		var amb store.ErrAmbiguous
+		if errors.As(err, &amb) {
+			return ref, false, nil, invalidArgf("%v", err)
+		}
+		return ref, false, nil, withCode(codes.Unavailable, fmt.Errorf("looking up pod sandbox %s: %w", id, err))
+	}
 	ref, found, err = ds.lookupSandbox(id)
 	if err != nil || !found {
 		return ref, found, nil, err

@@ -74,3 +74,28 @@ func TestLifecycleOfOneSandboxIsSerialised(t *testing.T) {
 		t.Errorf("left behind: containers %v, IPs held %d", e.docker.snapshotIDs(), e.plugin.held())
 	}
 }
+
+// Stop and Remove of a sandbox the index does not know yet (its events were
+// dropped) ask Docker, so the infra container is stopped and removed
+// instead of being skipped as "not found".
+func TestStopAndRemoveFindSandboxesTheIndexLacks(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.run(t, podConfig("hidden"))
+	e.ds.store.Delete(id) // as if its events had been dropped
+	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatalf("StopPodSandbox: %v", err)
+	}
+	e.docker.mu.Lock()
+	running := e.docker.containers[id] != nil && e.docker.containers[id].State.Running
+	e.docker.mu.Unlock()
+	if running {
+		t.Error("StopPodSandbox skipped an infra container the index lacked")
+	}
+	e.ds.store.Delete(id)
+	if _, err := e.ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatalf("RemovePodSandbox: %v", err)
+	}
+	if e.docker.snapshotIDs()[id] {
+		t.Error("RemovePodSandbox left an infra container the index lacked")
+	}
+}
