@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/dockerservice/store"
@@ -378,6 +379,18 @@ func (f *badInputFixture) cases() []badCase {
 	ctr("apparmor traversal", func(c *runtimeapi.ContainerConfig) {
 		c.Linux.SecurityContext.Apparmor = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "localhost/../../unconfined"}
 	}, "apparmor profile")
+	ctr("log path traversal", func(c *runtimeapi.ContainerConfig) { c.LogPath = "../../../../etc/cron.d/evil" }, "log_path", "..")
+	ctr("absolute log path", func(c *runtimeapi.ContainerConfig) { c.LogPath = "/etc/passwd" }, "log_path", "/etc/passwd")
+	create("relative log directory", codes.InvalidArgument, func(r *runtimeapi.CreateContainerRequest) {
+		sb := proto.Clone(r.SandboxConfig).(*runtimeapi.PodSandboxConfig)
+		sb.LogDirectory = "var/log/pods/x"
+		r.SandboxConfig = sb
+	}, "log_directory", "var/log/pods/x")
+	create("log directory with traversal", codes.InvalidArgument, func(r *runtimeapi.CreateContainerRequest) {
+		sb := proto.Clone(r.SandboxConfig).(*runtimeapi.PodSandboxConfig)
+		sb.LogDirectory = "/var/log/pods/../../../etc"
+		r.SandboxConfig = sb
+	}, "log_directory")
 	ctr("env name with =", func(c *runtimeapi.ContainerConfig) {
 		c.Envs = append(c.Envs, &runtimeapi.KeyValue{Key: "PATH=/evil:", Value: []byte("x")})
 	}, "environment variable name")
