@@ -93,7 +93,9 @@ type sandboxMeta struct {
 }
 
 // encodeMeta is the compact JSON of a meta label: no HTML escaping (it
-// would triple the size of every '<', '>' and '&' in annotations).
+// would make every '<', '>' and '&' of an annotation six bytes). JSON
+// keeps every string exactly: CRI strings are valid UTF-8, which
+// protobuf checks on the way in.
 func encodeMeta(v any) (string, error) {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
