@@ -2,6 +2,7 @@ package dockerservice
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -9,35 +10,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/dockerservice/store"
-)
-
-// Labels netshim puts on workload containers, besides labelType,
-// labelSandboxID and the pod identity (labelPodName, labelPodNamespace,
-// labelPodUID) that sandboxes carry too. Everything ContainerStatus and
-// ListContainers report is in labels, decoded once into the index record
-// (containerInfo), so that neither needs Docker.
-const (
-	labelContainerName    = labelPrefix + "container-name"
-	labelContainerAttempt = labelPrefix + "container-attempt"
-	// labelLogPath is the full path of the CRI log file: the sandbox's
-	// log_directory joined with the container's log_path, as kubelet and
-	// crictl read it.
-	labelLogPath = labelPrefix + "log-path"
-	// labelImageSpec is the CRI ImageSpec as requested (JSON); Docker's
-	// Config.Image keeps only its image string.
-	labelImageSpec = labelPrefix + "image-spec"
-	// labelImageRef is the image's repo digest, or its ID when it has none,
-	// as resolved at create time.
-	labelImageRef = labelPrefix + "image-ref"
-	// labelMounts is the CRI mounts as requested (JSON): Docker's bind
-	// strings lose the CRI propagation names and the SELinux flag.
-	labelMounts = labelPrefix + "mounts"
-	// labelTTY says the container has a terminal: its Docker log stream is
-	// raw rather than multiplexed.
-	labelTTY = labelPrefix + "tty"
-	// labelStopSignal is the effective stop signal (the CRI config's, else
-	// the image's, else SIGTERM) as a Docker signal name.
-	labelStopSignal = labelPrefix + "stop-signal"
 )
 
 // containerName is the Docker name of a workload container. It follows
@@ -58,44 +30,67 @@ type containerLabelsInput struct {
 	stopSignal string
 }
 
+// containerMeta is the meta label (labels.go) of a workload container:
+// everything ContainerStatus and ListContainers report, so that neither
+// needs Docker.
+type containerMeta struct {
+	metaHeader
+	SandboxID   string            `json:"sandboxID"`
+	Name        string            `json:"name"`
+	Attempt     uint32            `json:"attempt,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// Image is the CRI ImageSpec as requested; Docker's Config.Image
+	// keeps only its image string.
+	Image *runtimeapi.ImageSpec `json:"image,omitempty"`
+	// ImageRef is the image's repo digest, or its ID when it has none,
+	// as resolved at create time.
+	ImageRef string `json:"imageRef,omitempty"`
+	// LogPath is the full path of the CRI log file: the sandbox's
+	// log_directory joined with the container's log_path, as kubelet
+	// and crictl read it.
+	LogPath string `json:"logPath,omitempty"`
+	// Mounts are the CRI mounts as requested: Docker's bind strings lose
+	// the CRI propagation names and the SELinux flag.
+	Mounts []*runtimeapi.Mount `json:"mounts,omitempty"`
+	// TTY says the container has a terminal: its Docker log stream is
+	// raw rather than multiplexed.
+	TTY bool `json:"tty,omitempty"`
+	// StopSignal is the effective stop signal (the CRI config's, else
+	// the image's, else SIGTERM) as a Docker signal name.
+	StopSignal string `json:"stopSignal,omitempty"`
+}
+
 // containerLabels builds the Docker labels of a new workload container:
-// the CRI labels and annotations in their own key spaces (see makeLabels),
-// plus everything the index needs to answer status without Docker.
+// the meta label, plus labels for operators (see ownLabels).
 func containerLabels(in containerLabelsInput) (map[string]string, error) {
 	cfg := in.cfg
 	md := cfg.GetMetadata()
-	own := map[string]string{
-		labelType:             typeContainer,
-		labelSandboxID:        in.sandboxID,
-		labelPodName:          in.pod.GetName(),
-		labelPodNamespace:     in.pod.GetNamespace(),
-		labelPodUID:           in.pod.GetUid(),
-		labelContainerName:    md.GetName(),
-		labelContainerAttempt: strconv.FormatUint(uint64(md.GetAttempt()), 10),
-		labelImageRef:         in.imageRef,
-	}
-	if in.logPath != "" {
-		own[labelLogPath] = in.logPath
-	}
-	if in.stopSignal != "" {
-		own[labelStopSignal] = in.stopSignal
-	}
-	if cfg.GetTty() {
-		own[labelTTY] = "true"
-	}
-	spec, err := json.Marshal(cfg.GetImage())
+	meta, err := encodeMeta(containerMeta{
+		metaHeader:  metaHeader{Version: metaVersion, Kind: typeContainer},
+		SandboxID:   in.sandboxID,
+		Name:        md.GetName(),
+		Attempt:     md.GetAttempt(),
+		Labels:      cfg.GetLabels(),
+		Annotations: cfg.GetAnnotations(),
+		Image:       cfg.GetImage(),
+		ImageRef:    in.imageRef,
+		LogPath:     in.logPath,
+		Mounts:      cfg.GetMounts(),
+		TTY:         cfg.GetTty(),
+		StopSignal:  in.stopSignal,
+	})
 	if err != nil {
-		return nil, invalidArgf("encoding image spec: %v", err)
+		return nil, invalidArgf("encoding the netshim metadata of container %s: %v", md.GetName(), err)
 	}
-	own[labelImageSpec] = string(spec)
-	if len(cfg.GetMounts()) > 0 {
-		mounts, err := json.Marshal(cfg.GetMounts())
-		if err != nil {
-			return nil, invalidArgf("encoding mounts: %v", err)
-		}
-		own[labelMounts] = string(mounts)
-	}
-	return makeLabels(cfg.GetLabels(), cfg.GetAnnotations(), own), nil
+	return ownLabels(cfg.GetLabels(), map[string]string{
+		labelType:          typeContainer,
+		labelSandboxID:     in.sandboxID,
+		labelPodName:       in.pod.GetName(),
+		labelPodNamespace:  in.pod.GetNamespace(),
+		labelPodUID:        in.pod.GetUid(),
+		labelContainerName: md.GetName(),
+	}, meta), nil
 }
 
 // containerInfo is what a workload container's labels (and, once
@@ -116,27 +111,36 @@ type containerInfo struct {
 	resources *runtimeapi.LinuxContainerResources
 }
 
-// decodeContainerInfo is decodeExtra for workload containers. Unreadable
-// JSON labels (written by hand, or by a future version) leave their field
-// empty rather than hiding the container.
-func decodeContainerInfo(labels map[string]string) *containerInfo {
-	attempt, _ := strconv.ParseUint(labels[labelContainerAttempt], 10, 32)
-	info := &containerInfo{
-		metadata:   &runtimeapi.ContainerMetadata{Name: labels[labelContainerName], Attempt: uint32(attempt)},
-		image:      &runtimeapi.ImageSpec{},
-		imageRef:   labels[labelImageRef],
-		logPath:    labels[labelLogPath],
-		tty:        labels[labelTTY] == "true",
-		stopSignal: criSignal(labels[labelStopSignal]),
+// decodeContainerMeta decodes a workload container's meta label. Its
+// sandbox ID must be the one labelSandboxID has: netshim sets both on
+// every container, while a meta label supplied by the image of a
+// container created before netshim wrote one (see labels_legacy.go)
+// cannot know the sandbox's ID.
+func decodeContainerMeta(raw string, labels map[string]string) (*containerInfo, error) {
+	var m containerMeta
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		return nil, fmt.Errorf("label %s: %w", labelMeta, err)
 	}
-	info.labels, info.annotations = splitLabels(labels)
-	if v := labels[labelImageSpec]; v != "" {
-		_ = json.Unmarshal([]byte(v), info.image)
+	if err := checkHeader(m.metaHeader, typeContainer); err != nil {
+		return nil, err
 	}
-	if v := labels[labelMounts]; v != "" {
-		_ = json.Unmarshal([]byte(v), &info.mounts)
+	if m.SandboxID == "" || m.SandboxID != labels[labelSandboxID] {
+		return nil, fmt.Errorf("label %s names pod sandbox %q but label %s says %q", labelMeta, m.SandboxID, labelSandboxID, labels[labelSandboxID])
 	}
-	return info
+	if m.Image == nil {
+		m.Image = &runtimeapi.ImageSpec{}
+	}
+	return &containerInfo{
+		metadata:    &runtimeapi.ContainerMetadata{Name: m.Name, Attempt: m.Attempt},
+		labels:      nonNil(m.Labels),
+		annotations: nonNil(m.Annotations),
+		image:       m.Image,
+		imageRef:    m.ImageRef,
+		logPath:     m.LogPath,
+		mounts:      m.Mounts,
+		tty:         m.TTY,
+		stopSignal:  criSignal(m.StopSignal),
+	}, nil
 }
 
 // containerInfoOf returns a container record's decoded labels.

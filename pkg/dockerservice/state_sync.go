@@ -113,7 +113,7 @@ func recordFromInspect(c container.InspectResponse) *store.Record {
 		return nil
 	}
 	labels := c.Config.Labels
-	kind := kindFromLabels(labels)
+	kind, extra := decodeOwned(c.ID, labels)
 	if kind == 0 {
 		return nil
 	}
@@ -136,18 +136,8 @@ func recordFromInspect(c container.InspectResponse) *store.Record {
 		r.OOMKilled = st.OOMKilled
 		r.Error = st.Error
 	}
-	r.Extra = withHostConfig(decodeExtra(kind, labels), c.HostConfig)
+	r.Extra = withHostConfig(extra, c.HostConfig)
 	return r
-}
-
-func kindFromLabels(labels map[string]string) store.Kind {
-	switch labels[labelType] {
-	case typeSandbox:
-		return store.KindSandbox
-	case typeContainer:
-		return store.KindContainer
-	}
-	return 0
 }
 
 func trimSlash(name string) string {
