@@ -14,6 +14,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
+	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -735,12 +736,12 @@ func TestStatusFollowsConfDir(t *testing.T) {
 	}
 
 	path := writeFile(t, dir, "10-test.conflist", testConfList)
-	waitFor(t, "the new config to be loaded", func() bool { return p.Status() == nil })
+	testutil.Eventually(t, "the new config to be loaded", func() bool { return p.Status() == nil })
 
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the removed config to be dropped", func() bool { return p.Status() != nil })
+	testutil.Eventually(t, "the removed config to be dropped", func() bool { return p.Status() != nil })
 
 	p.Stop()
 	p.Stop() // idempotent

@@ -15,6 +15,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/netshim/netshim/internal/testutil"
 )
 
 // liveSource is Docker's log of one container that runs until the test
@@ -106,18 +108,6 @@ func (s *liveSource) ContainerLogs(ctx context.Context, id string, opts containe
 	return pr, nil
 }
 
-// eventually polls cond, boundedly.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // waitLines waits until the file at path holds exactly want.
 func waitLines(t *testing.T, path string, want ...string) {
 	t.Helper()
@@ -125,7 +115,7 @@ func waitLines(t *testing.T, path string, want ...string) {
 	for _, w := range want {
 		all += w
 	}
-	eventually(t, fmt.Sprintf("%s to hold %q", path, all), func() bool {
+	testutil.Eventually(t, fmt.Sprintf("%s to hold %q", path, all), func() bool {
 		b, _ := os.ReadFile(path)
 		return string(b) == all
 	})
@@ -135,7 +125,7 @@ func waitLines(t *testing.T, path string, want ...string) {
 // checking that the wait is delay long.
 func stepRestart(t *testing.T, clk *testingclock.FakeClock, delay time.Duration) {
 	t.Helper()
-	eventually(t, "a restart to be scheduled", clk.HasWaiters)
+	testutil.Eventually(t, "a restart to be scheduled", clk.HasWaiters)
 	clk.Step(delay - time.Millisecond)
 	if !clk.HasWaiters() {
 		t.Fatalf("restart due before %v", delay)
@@ -230,9 +220,9 @@ func TestFollowerRestartsAfterFullDisk(t *testing.T) {
 	// The write fails and the follower ends; the restarts fail too while
 	// the disk is full, each after twice the delay before.
 	stepRestart(t, clk, restartMinDelay)
-	eventually(t, "the second stream", func() bool { return len(src.callList()) == 2 })
+	testutil.Eventually(t, "the second stream", func() bool { return len(src.callList()) == 2 })
 	stepRestart(t, clk, 2*restartMinDelay)
-	eventually(t, "the third stream", func() bool { return len(src.callList()) == 3 })
+	testutil.Eventually(t, "the third stream", func() bool { return len(src.callList()) == 3 })
 
 	setFull(false)
 	src.add(dockerMsg{frameStdout, at(3), "three\n"})
@@ -341,7 +331,7 @@ func TestDrainRetriesBoundedly(t *testing.T) {
 	delay := restartMinDelay
 	for i := range exitedRetries {
 		stepRestart(t, clk, delay)
-		eventually(t, fmt.Sprintf("retry %d", i+1), func() bool { return len(src.callList()) == i+2 })
+		testutil.Eventually(t, fmt.Sprintf("retry %d", i+1), func() bool { return len(src.callList()) == i+2 })
 		delay *= 2
 	}
 	<-m.Done("c1")

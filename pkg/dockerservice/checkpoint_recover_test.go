@@ -9,6 +9,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
 )
 
@@ -96,7 +97,7 @@ func TestStartupSurvivesBadCheckpoints(t *testing.T) {
 	if got, _ := os.ReadFile(path(newer)); string(got) != string(newerContent) {
 		t.Error("the newer version's checkpoint file was changed")
 	}
-	eventually(t, "the dead sandbox's IP to be released", func() bool { return !plugin.holds(deadCorrupt) })
+	testutil.Eventually(t, "the dead sandbox's IP to be released", func() bool { return !plugin.holds(deadCorrupt) })
 
 	// Removing a sandbox clears its warning.
 	for _, id := range []string{corrupt, newer, deadCorrupt} {

@@ -14,6 +14,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/testutil"
 )
 
 // execEnv is a pod with a running container whose execs behave as the
@@ -176,20 +178,6 @@ func (e *execEnv) strangerExec(t *testing.T, cgroup string) *exec.Cmd {
 	return cmd
 }
 
-// procState is a process's state letter from /proc ("" once gone).
-func procState(pid int) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) == 0 {
-		return ""
-	}
-	return f[0]
-}
-
 // A timed-out exec whose pid, by the time of the kill, names a process
 // outside the container (the exec's process exited, its pid was reused)
 // is not signalled: neither stopped nor killed.
@@ -200,7 +188,7 @@ func TestExecSyncTimeoutSparesARecycledPid(t *testing.T) {
 	if codeOf(err) != codes.DeadlineExceeded {
 		t.Fatalf("got %v, want DeadlineExceeded", err)
 	}
-	if s := procState(stranger.Process.Pid); s != "S" && s != "R" {
+	if s := testutil.ProcState(stranger.Process.Pid); s != "S" && s != "R" {
 		t.Errorf("the process that got the exec's pid is in state %q, want it untouched", s)
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/testutil"
 )
 
 func TestContainerLabelsAndAnnotationsRoundTripExactly(t *testing.T) {
@@ -214,7 +216,7 @@ func TestContainerStatusReasonsFromEvents(t *testing.T) {
 			e.start(t, id)
 			e.docker.resetCalls()
 			e.docker.exitBehindBack(id, c.code, c.oom)
-			eventually(t, "the exit to reach the index", func() bool {
+			testutil.Eventually(t, "the exit to reach the index", func() bool {
 				return e.status(t, id).State == runtimeapi.ContainerState_CONTAINER_EXITED && e.docker.count("ContainerInspect "+id) >= 1
 			})
 			st := e.status(t, id)
@@ -309,7 +311,7 @@ func TestPodSandboxStopAndRemoveTakeTheContainers(t *testing.T) {
 	}
 	// The pod's stop does not wait for the containers' logs to be copied;
 	// their exit shows once they are.
-	eventually(t, "the container to show exited", func() bool {
+	testutil.Eventually(t, "the container to show exited", func() bool {
 		return e.status(t, id).State == runtimeapi.ContainerState_CONTAINER_EXITED
 	})
 	if _, err := e.ds.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: e.sandboxID}); err != nil {

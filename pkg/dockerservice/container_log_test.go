@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/network"
@@ -48,7 +49,7 @@ func criLines(t *testing.T, path string) []string {
 func waitLines(t *testing.T, path string, want ...string) {
 	t.Helper()
 	var got []string
-	eventually(t, "log lines "+strings.Join(want, " | "), func() bool {
+	testutil.Eventually(t, "log lines "+strings.Join(want, " | "), func() bool {
 		got = criLines(t, path)
 		return strings.Join(got, "\n") == strings.Join(want, "\n")
 	})
@@ -149,7 +150,7 @@ func TestExitShowsOnlyWithTheWholeLog(t *testing.T) {
 		e.start(t, id)
 		e.docker.addLog(id, false, "last words\n")
 		e.docker.exitBehindBack(id, 0, false)
-		eventually(t, "the exit", func() bool {
+		testutil.Eventually(t, "the exit", func() bool {
 			return e.status(t, id).State == runtimeapi.ContainerState_CONTAINER_EXITED
 		})
 		if got := criLines(t, path); len(got) != 1 || got[0] != "stdout F last words" {
@@ -197,14 +198,14 @@ func TestExitedWhileDownLogWrittenAfterRestart(t *testing.T) {
 		}
 		return resp.GetStatus()
 	}
-	eventually(t, "the exit", func() bool {
+	testutil.Eventually(t, "the exit", func() bool {
 		return status(id).State == runtimeapi.ContainerState_CONTAINER_EXITED
 	})
 	// No wait here: exited means the log is complete.
 	if got, want := strings.Join(criLines(t, path), "|"), "stdout F one|stdout F two|stderr P last words"; got != want {
 		t.Errorf("log of the container that exited while netshim was down = %q, want %q", got, want)
 	}
-	eventually(t, "the drain to end", func() bool {
+	testutil.Eventually(t, "the drain to end", func() bool {
 		_, copying := ds2.containers.streams.copyingSince(removedID)
 		return !copying
 	})

@@ -10,6 +10,8 @@ import (
 
 	"github.com/docker/docker/api/types/system"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/testutil"
 )
 
 // fakeDockerRoot lays out a Docker root dir with overlay2: one image
@@ -142,7 +144,7 @@ func TestImageFsInfoMeasuresImageAndContainerLayers(t *testing.T) {
 		t.Errorf("a stale measurement was not served while refreshing")
 	}
 	var fresh *runtimeapi.ImageFsInfoResponse
-	eventually(t, "a refreshed measurement", func() bool {
+	testutil.Eventually(t, "a refreshed measurement", func() bool {
 		fresh = e.imageFsInfo(t)
 		return fresh.ContainerFilesystems[0].Timestamp != ctr.Timestamp
 	})

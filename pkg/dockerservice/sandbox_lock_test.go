@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/testutil"
 )
 
 // A Stop or Remove of a sandbox whose RunPodSandbox is still setting it up
@@ -21,7 +23,7 @@ func TestLifecycleOfOneSandboxIsSerialised(t *testing.T) {
 		_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("racy")})
 		runDone <- err
 	}()
-	eventually(t, "the ADD to start", func() bool { return e.plugin.held() == 1 })
+	testutil.Eventually(t, "the ADD to start", func() bool { return e.plugin.held() == 1 })
 	var id string
 	for cid := range e.docker.snapshotIDs() {
 		id = cid

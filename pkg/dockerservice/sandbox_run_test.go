@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"
 )
@@ -48,7 +49,7 @@ func TestKilledDuringAddIsNeverReady(t *testing.T) {
 		_, err := e.ds.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 		done <- err
 	}()
-	eventually(t, "the ADD to start", func() bool { return e.plugin.held() == 1 })
+	testutil.Eventually(t, "the ADD to start", func() bool { return e.plugin.held() == 1 })
 	var id string
 	for cid := range e.docker.snapshotIDs() {
 		id = cid
@@ -86,7 +87,7 @@ func TestKilledDuringAddIsNeverReady(t *testing.T) {
 	if codeOf(err) != codes.AlreadyExists {
 		t.Errorf("retried RunPodSandbox of the half-made sandbox: %v (code %v), want AlreadyExists", err, codeOf(err))
 	}
-	eventually(t, "the start-up teardown to release the interrupted ADD's IP", func() bool { return !plugin.holds(id) })
+	testutil.Eventually(t, "the start-up teardown to release the interrupted ADD's IP", func() bool { return !plugin.holds(id) })
 
 	// kubelet then stops and removes it; nothing is left.
 	if _, err := ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {

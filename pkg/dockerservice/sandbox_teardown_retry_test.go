@@ -9,6 +9,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -62,7 +63,7 @@ func TestStartupRetriesTearDownOfDeadSandboxes(t *testing.T) {
 	}
 	startService(t, ds)
 
-	eventually(t, "retried teardowns of both dead sandboxes", func() bool {
+	testutil.Eventually(t, "retried teardowns of both dead sandboxes", func() bool {
 		return plugin.callCount("TearDownPod "+dead) >= 3 && plugin.callCount("TearDownPod "+removed) >= 3
 	})
 	if plugin.held() != 3 {
@@ -71,7 +72,7 @@ func TestStartupRetriesTearDownOfDeadSandboxes(t *testing.T) {
 	plugin.mu.Lock()
 	plugin.downErr = nil
 	plugin.mu.Unlock()
-	eventually(t, "the dead sandboxes' IPs to be released", func() bool { return !plugin.holds(dead) && !plugin.holds(removed) })
+	testutil.Eventually(t, "the dead sandboxes' IPs to be released", func() bool { return !plugin.holds(dead) && !plugin.holds(removed) })
 
 	if !plugin.holds(live) || plugin.callCount("TearDownPod "+live) != 0 {
 		t.Errorf("the running sandbox was torn down (holds its IP: %v; calls: %v)", plugin.holds(live), plugin.calls)

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"
 )
@@ -136,18 +136,6 @@ func startService(t testing.TB, ds *DockerService) {
 	if !ds.index.Synced() {
 		_, msg := ds.index.Health()
 		t.Fatalf("index not synced after Start: %s", msg)
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -442,7 +430,7 @@ func TestStopPodSandboxAfterContainerRemovedAndRestart(t *testing.T) {
 	// (sandbox_teardown_retry_test.go tests it); what follows checks that
 	// Stop and Remove still work on such a sandbox.
 	startService(t, ds)
-	eventually(t, "the start-up retry to release the IP", func() bool { return plugin.held() == 0 })
+	testutil.Eventually(t, "the start-up retry to release the IP", func() bool { return plugin.held() == 0 })
 
 	list, err := ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{})
 	if err != nil || len(list.Items) != 1 || list.Items[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || list.Items[0].Metadata.Name != "gone" {
@@ -559,7 +547,7 @@ func TestListPodSandboxFiltersWithoutDockerCalls(t *testing.T) {
 func TestStatusReportsRuntimeAndNetwork(t *testing.T) {
 	e := newTestEnv(t)
 	e.docker.setDown(true)
-	eventually(t, "RuntimeReady=false", func() bool { r, _ := e.ds.index.Health(); return !r })
+	testutil.Eventually(t, "RuntimeReady=false", func() bool { r, _ := e.ds.index.Health(); return !r })
 	e.plugin.status = errors.New("cni config uninitialized")
 	resp, err := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
 	if err != nil {
@@ -654,9 +642,9 @@ func TestIndexFollowsChangesBehindNetshimsBack(t *testing.T) {
 		return resp.Status.State
 	}
 	e.docker.killBehindBack(killed)
-	eventually(t, "killed sandbox NOTREADY", func() bool { return state(killed) == runtimeapi.PodSandboxState_SANDBOX_NOTREADY })
+	testutil.Eventually(t, "killed sandbox NOTREADY", func() bool { return state(killed) == runtimeapi.PodSandboxState_SANDBOX_NOTREADY })
 	e.docker.removeBehindBack(removed)
-	eventually(t, "removed sandbox NOTREADY from its checkpoint", func() bool {
+	testutil.Eventually(t, "removed sandbox NOTREADY from its checkpoint", func() bool {
 		_, ok := e.ds.store.Get(removed)
 		return !ok && state(removed) == runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	})
@@ -678,7 +666,7 @@ func TestIndexResyncsAfterDockerRestart(t *testing.T) {
 	e := newTestEnv(t)
 	id := e.run(t, podConfig("survivor"))
 	e.docker.setDown(true)
-	eventually(t, "RuntimeReady=false while Docker is down", func() bool {
+	testutil.Eventually(t, "RuntimeReady=false while Docker is down", func() bool {
 		resp, _ := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
 		return !resp.Status.Conditions[0].Status
 	})
@@ -688,7 +676,7 @@ func TestIndexResyncsAfterDockerRestart(t *testing.T) {
 	c.State.Status, c.State.Running, c.State.Pid = "exited", false, 0
 	e.docker.mu.Unlock()
 	e.docker.setDown(false)
-	eventually(t, "RuntimeReady=true and the index resynced", func() bool {
+	testutil.Eventually(t, "RuntimeReady=true and the index resynced", func() bool {
 		resp, _ := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
 		r, _ := e.ds.store.Get(id)
 		return resp.Status.Conditions[0].Status && r != nil && !r.Running()
@@ -729,7 +717,7 @@ func TestOwnCreateAndStartCostNoEventInspects(t *testing.T) {
 	// Events are applied in order: once the kill is seen, the create and
 	// start events before it have been handled too.
 	e.docker.killBehindBack(id)
-	eventually(t, "die event applied", func() bool { r, _ := e.ds.store.Get(id); return !r.Running() })
+	testutil.Eventually(t, "die event applied", func() bool { r, _ := e.ds.store.Get(id); return !r.Running() })
 	if n := e.docker.count("ContainerInspect"); n != 1 {
 		t.Errorf("RunPodSandbox cost %d inspects, want 1 (the post-start one): %v", n, e.docker.calls)
 	}
@@ -777,7 +765,7 @@ func TestListPodSandboxCacheFollowsState(t *testing.T) {
 		}
 	}
 	e.docker.removeBehindBack(b)
-	eventually(t, "removed pod listed NOTREADY from its checkpoint", func() bool {
+	testutil.Eventually(t, "removed pod listed NOTREADY from its checkpoint", func() bool {
 		for _, it := range list().Items {
 			if it.Id == b {
 				return it.State == runtimeapi.PodSandboxState_SANDBOX_NOTREADY

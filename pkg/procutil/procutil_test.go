@@ -6,12 +6,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netshim/netshim/internal/testutil"
 )
 
 const (
@@ -60,36 +60,11 @@ func fakeProc(t *testing.T, cgroups map[int]string) string {
 	return root
 }
 
-// state is the process's state letter from /proc ("" once gone).
-func state(pid int) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) == 0 {
-		return ""
-	}
-	return f[0]
-}
-
 // alive: the process exists and is not a zombie (orphans are not reaped
 // on every machine).
 func alive(pid int) bool {
-	s := state(pid)
+	s := testutil.ProcState(pid)
 	return s != "" && s != "Z" && s != "X"
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // A handle keeps naming the process it was opened on: once that process
@@ -168,7 +143,7 @@ func TestKillInContainerLeavesAReusedPidAlone(t *testing.T) {
 	if err := KillInContainer(root, pid, ctrID); !errors.Is(err, ErrNotInContainer) {
 		t.Fatalf("KillInContainer = %v, want ErrNotInContainer", err)
 	}
-	if s := state(pid); s != "S" && s != "R" {
+	if s := testutil.ProcState(pid); s != "S" && s != "R" {
 		t.Errorf("the unrelated process is in state %q, want it running untouched", s)
 	}
 }
@@ -214,7 +189,7 @@ func TestKillTree(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	rootPid := cmd.Process.Pid
 	var tree []int
-	eventually(t, "the children to start", func() bool {
+	testutil.Eventually(t, "the children to start", func() bool {
 		kids, err := childrenOf("/proc", map[int]*Process{rootPid: nil})
 		if err != nil {
 			t.Fatal(err)
@@ -239,7 +214,7 @@ func TestKillTree(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	for _, pid := range tree {
-		eventually(t, "pid "+strconv.Itoa(pid)+" to die", func() bool { return !alive(pid) })
+		testutil.Eventually(t, "pid "+strconv.Itoa(pid)+" to die", func() bool { return !alive(pid) })
 	}
 	// Killing what is gone already is fine.
 	if err := KillTree("/proc", p); err != nil {

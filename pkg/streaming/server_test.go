@@ -18,6 +18,8 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
+
+	"github.com/netshim/netshim/internal/testutil"
 )
 
 func startServer(t *testing.T, docker DockerAPI, netnsOf NetNSFunc) *Server {
@@ -344,17 +346,5 @@ func TestServerExecKilledWhenTheClientHangsUp(t *testing.T) {
 	if !p.killed(t, 10*time.Second) {
 		t.Fatal("the exec's process was not killed after its client hung up")
 	}
-	eventually(t, "Docker to see the exec end", func() bool { return !docker.exec("exec-1").running })
-}
-
-// eventually polls cond, for a bounded time.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, "Docker to see the exec end", func() bool { return !docker.exec("exec-1").running })
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 
+	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -35,18 +36,6 @@ func startIndex(t *testing.T, f *fakeEngine, opts Options) *Index {
 		t.Fatal("index did not sync")
 	}
 	return x
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func (x *Index) has(id string) bool { _, ok := x.Get(id); return ok }
@@ -81,17 +70,17 @@ func TestHungInspectDoesNotStopOtherEvents(t *testing.T) {
 	gate := f.gate("hung")
 	f.add("hung", "container", "running")
 	f.emit(events.ActionStart, "hung", nil)
-	eventually(t, "the hung inspect to start", func() bool { return f.inspectCount("hung") == 1 })
+	testutil.Eventually(t, "the hung inspect to start", func() bool { return f.inspectCount("hung") == 1 })
 	for _, id := range []string{"a", "b", "c"} {
 		f.add(id, "container", "running")
 		f.emit(events.ActionStart, id, nil)
 	}
-	eventually(t, "later containers indexed", func() bool { return x.has("a") && x.has("b") && x.has("c") })
+	testutil.Eventually(t, "later containers indexed", func() bool { return x.has("a") && x.has("b") && x.has("c") })
 	if x.has("hung") {
 		t.Error("hung container indexed before its inspect answered")
 	}
 	close(gate)
-	eventually(t, "hung container indexed once its inspect answers", func() bool { return x.has("hung") })
+	testutil.Eventually(t, "hung container indexed once its inspect answers", func() bool { return x.has("hung") })
 }
 
 // The deadline frees a worker from an inspect that never answers.
@@ -103,7 +92,7 @@ func TestInspectDeadlineFreesTheWorker(t *testing.T) {
 	f.emit(events.ActionStart, "stuck", nil)
 	f.add("next", "container", "running")
 	f.emit(events.ActionStart, "next", nil)
-	eventually(t, "the next container indexed by the only worker", func() bool { return x.has("next") })
+	testutil.Eventually(t, "the next container indexed by the only worker", func() bool { return x.has("next") })
 }
 
 func TestHealthReportsUndrainedEventsAndRecovers(t *testing.T) {
@@ -115,7 +104,7 @@ func TestHealthReportsUndrainedEventsAndRecovers(t *testing.T) {
 		f.emit(events.ActionStart, id, nil)
 	}
 	var reason string
-	eventually(t, "Health not ready", func() bool {
+	testutil.Eventually(t, "Health not ready", func() bool {
 		var ready bool
 		ready, reason = x.Health()
 		return !ready
@@ -124,7 +113,7 @@ func TestHealthReportsUndrainedEventsAndRecovers(t *testing.T) {
 		t.Errorf("reason = %q, want it to say events are not drained and 2 are pending", reason)
 	}
 	close(gate)
-	eventually(t, "Health ready again with every container indexed", func() bool {
+	testutil.Eventually(t, "Health ready again with every container indexed", func() bool {
 		ready, _ := x.Health()
 		return ready && x.has("x1") && x.has("x2") && x.has("x3")
 	})
@@ -138,9 +127,9 @@ func TestDroppedEventsAreHealedByThePeriodicResync(t *testing.T) {
 	f.add("new", "sandbox", "running")
 	f.setState("c", "exited")
 	f.add("gone", "container", "running")
-	eventually(t, "new container indexed", func() bool { return x.has("new") && x.has("gone") })
+	testutil.Eventually(t, "new container indexed", func() bool { return x.has("new") && x.has("gone") })
 	f.remove("gone")
-	eventually(t, "exit and removal seen", func() bool {
+	testutil.Eventually(t, "exit and removal seen", func() bool {
 		r, _ := x.Get("c")
 		return r.State == store.StateExited && r.Pid == 0 && !x.has("gone")
 	})
@@ -155,7 +144,7 @@ func TestFailedInspectTriggersResync(t *testing.T) {
 	f.mu.Unlock()
 	f.add("c", "container", "running")
 	f.emit(events.ActionStart, "c", nil)
-	eventually(t, "container indexed by the triggered resync", func() bool { return x.has("c") })
+	testutil.Eventually(t, "container indexed by the triggered resync", func() bool { return x.has("c") })
 	if n := f.inspectCount("c"); n != 2 {
 		t.Errorf("%d inspects of c, want 2 (the failed one and the resync's)", n)
 	}
@@ -167,14 +156,14 @@ func TestResyncFailureMakesHealthNotReady(t *testing.T) {
 	f.mu.Lock()
 	f.listErr = errors.New("list refused")
 	f.mu.Unlock()
-	eventually(t, "Health not ready", func() bool {
+	testutil.Eventually(t, "Health not ready", func() bool {
 		ready, reason := x.Health()
 		return !ready && strings.Contains(reason, "list refused")
 	})
 	f.mu.Lock()
 	f.listErr = nil
 	f.mu.Unlock()
-	eventually(t, "Health ready", func() bool { ready, _ := x.Health(); return ready })
+	testutil.Eventually(t, "Health ready", func() bool { ready, _ := x.Health(); return ready })
 }
 
 func TestFirstSyncFailureIsReported(t *testing.T) {
@@ -198,14 +187,14 @@ func TestEventsForOneIDCoalesce(t *testing.T) {
 	gate := f.gate("c")
 	f.add("c", "container", "created")
 	f.emit(events.ActionCreate, "c", map[string]string{"name": "c"})
-	eventually(t, "the first inspect in flight", func() bool { return f.inspectCount("c") == 1 })
+	testutil.Eventually(t, "the first inspect in flight", func() bool { return f.inspectCount("c") == 1 })
 	for range 5 {
 		f.emit(events.ActionRename, "c", nil)
 	}
 	// Events are applied in order: once the marker's death is seen, so
 	// are the renames.
 	f.emit(events.ActionDie, "marker", map[string]string{"exitCode": "1"})
-	eventually(t, "the events applied", func() bool { r, _ := x.Get("marker"); return !r.Running() })
+	testutil.Eventually(t, "the events applied", func() bool { r, _ := x.Get("marker"); return !r.Running() })
 	x.sched.mu.Lock()
 	again := x.sched.pending["c"].again
 	x.sched.mu.Unlock()
@@ -213,7 +202,7 @@ func TestEventsForOneIDCoalesce(t *testing.T) {
 		t.Error("no follow-up inspect asked for")
 	}
 	close(gate)
-	eventually(t, "the queue drained", x.idle)
+	testutil.Eventually(t, "the queue drained", x.idle)
 	if n := f.inspectCount("c"); n != 2 {
 		t.Errorf("%d inspects, want 2 (one, and one follow-up for the events that came meanwhile)", n)
 	}
@@ -226,16 +215,16 @@ func TestDestroyWinsOverASlowInspect(t *testing.T) {
 	gate := f.gate("d")
 	f.add("d", "container", "running")
 	f.emit(events.ActionStart, "d", nil)
-	eventually(t, "the inspect in flight", func() bool { return f.inspectCount("d") == 1 })
+	testutil.Eventually(t, "the inspect in flight", func() bool { return f.inspectCount("d") == 1 })
 	f.remove("d")
 	f.emit(events.ActionDestroy, "d", nil)
-	eventually(t, "the destroy applied", func() bool {
+	testutil.Eventually(t, "the destroy applied", func() bool {
 		x.sched.mu.Lock()
 		defer x.sched.mu.Unlock()
 		return x.sched.pending["d"].destroyed
 	})
 	close(gate)
-	eventually(t, "the inspect finished", x.idle)
+	testutil.Eventually(t, "the inspect finished", x.idle)
 	if x.has("d") {
 		t.Error("an inspect begun before the destroy brought the container back")
 	}
@@ -243,18 +232,18 @@ func TestDestroyWinsOverASlowInspect(t *testing.T) {
 	// An RPC's refresh.
 	f.add("r", "container", "running")
 	f.emit(events.ActionStart, "r", nil)
-	eventually(t, "r indexed", func() bool { return x.has("r") })
-	eventually(t, "the queue drained", x.idle)
+	testutil.Eventually(t, "r indexed", func() bool { return x.has("r") })
+	testutil.Eventually(t, "the queue drained", x.idle)
 	gate = f.gate("r")
 	errc := make(chan error, 1)
 	go func() {
 		_, err := x.Refresh(context.Background(), "r")
 		errc <- err
 	}()
-	eventually(t, "the refresh in flight", func() bool { return f.inspectCount("r") == 2 })
+	testutil.Eventually(t, "the refresh in flight", func() bool { return f.inspectCount("r") == 2 })
 	f.remove("r")
 	f.emit(events.ActionDestroy, "r", nil)
-	eventually(t, "the destroy applied", func() bool { return !x.has("r") })
+	testutil.Eventually(t, "the destroy applied", func() bool { return !x.has("r") })
 	close(gate)
 	if err := <-errc; !errdefs.IsNotFound(err) {
 		t.Errorf("Refresh of a container destroyed meanwhile: %v, want NotFound", err)
@@ -283,8 +272,8 @@ func TestOwnCreateAndStartAreRecordedWithoutEventInspects(t *testing.T) {
 	// Events are applied in order: once the marker's death is seen, the
 	// create and start events before it have been handled.
 	f.emit(events.ActionDie, "marker", map[string]string{"exitCode": "1"})
-	eventually(t, "die event applied", func() bool { r, _ := x.Get("marker"); return !r.Running() })
-	eventually(t, "the queue drained", x.idle)
+	testutil.Eventually(t, "die event applied", func() bool { r, _ := x.Get("marker"); return !r.Running() })
+	testutil.Eventually(t, "the queue drained", x.idle)
 	if n := f.inspectCount(created.ID); n != 1 {
 		t.Errorf("%d inspects, want 1 (Start's write-back)", n)
 	}
@@ -303,7 +292,7 @@ func TestFailedWriteBackInspectIsRefreshedLater(t *testing.T) {
 	if _, err := x.Start(context.Background(), created.ID); err == nil {
 		t.Fatal("Start succeeded though its inspect failed")
 	}
-	eventually(t, "the detached refresh to record the start", func() bool {
+	testutil.Eventually(t, "the detached refresh to record the start", func() bool {
 		r, _ := x.Get(created.ID)
 		return r.Running() && r.Pid != 0
 	})

@@ -1,0 +1,45 @@
+// Package testutil holds the few helpers that unit tests across netshim's
+// packages share: a bounded poll and a look at a host process's state.
+package testutil
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// EventuallyTimeout bounds every Eventually.
+const EventuallyTimeout = 10 * time.Second
+
+// Eventually polls cond until it holds, failing the test with what it was
+// waiting for once EventuallyTimeout has passed. Tests wait on conditions,
+// never for fixed times.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(EventuallyTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", EventuallyTimeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ProcState is a host process's state letter from /proc/PID/stat ("R",
+// "S", "Z", ...), or "" once the process is gone.
+func ProcState(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// The command name may hold spaces and parentheses: the state
+	// follows the last ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
