@@ -50,7 +50,7 @@ conformance:
 
 ## unit: unit tests with the race detector
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/bench/...
+	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/bench/... ./test/harness/...
 
 ## lint: gofmt, go vet and staticcheck
 lint: staticcheck
