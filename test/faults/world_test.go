@@ -94,7 +94,10 @@ func newScope(t *testing.T, slot int) *scope {
 	// made here, as a node's is before its pods, so that a plugin that
 	// fails half-way through the first ADD does not leave a half-made one.
 	_, _ = harness.RunCmd("ip", "link", "del", s.bridge)
-	harness.MustRun(t, "ip", "link", "add", "name", s.bridge, "type", "bridge")
+	// An address of its own, too: a bridge that took its first port's
+	// MAC has none once that port is gone, and the bridge plugin then fails
+	// every ADD with "could not set bridge's mac".
+	harness.MustRun(t, "ip", "link", "add", "name", s.bridge, "address", fmt.Sprintf("02:6e:73:66:6c:%02x", slot), "type", "bridge")
 	s.removeContainers(t)
 	return s
 }
