@@ -34,20 +34,7 @@ func testSIGKILLDuringCycles(t *testing.T, w *world) {
 
 	var kills atomic.Int32
 	var killerDone atomic.Bool
-	errs := make([]error, cycleClients)
-	var wg sync.WaitGroup
-	for i := range cycleClients {
-		c := w.client()
-		wg.Go(func() {
-			// At least one cycle each, and on until the kills are done.
-			for k := 0; k < 1 || !killerDone.Load(); k++ {
-				if err := w.cycle(ctx, c, w.podConfig(fmt.Sprintf("c%02d", i), w.hostPort(i))); err != nil {
-					errs[i] = err
-					return
-				}
-			}
-		})
-	}
+	wait := w.load(ctx, cycleClients, "c", &killerDone)
 	var killErr error
 	func() {
 		defer killerDone.Store(true)
@@ -70,14 +57,9 @@ func testSIGKILLDuringCycles(t *testing.T, w *world) {
 			}
 		}
 	}()
-	wg.Wait()
+	wait()
 	if killErr != nil {
 		t.Fatalf("killer: %v\n%s", killErr, n.LogTail(40))
-	}
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("client %02d: %v", i, err)
-		}
 	}
 	t.Logf("%d kills, %d cycles, failed calls by code: %s", kills.Load(), w.sc.runs.Load(), &w.codes)
 	// Sandboxes nobody was told about (a RunPodSandbox whose answer the
@@ -176,19 +158,7 @@ func testDockerdRestartUnderLoad(t *testing.T, w *world) {
 	defer cancel()
 	const clients = 10
 	var restarted atomic.Bool
-	errs := make([]error, clients)
-	var wg sync.WaitGroup
-	for i := range clients {
-		c := w.client()
-		wg.Go(func() {
-			for k := 0; k < 1 || !restarted.Load(); k++ {
-				if err := w.cycle(ctx, c, w.podConfig(fmt.Sprintf("d%02d", i), w.hostPort(i))); err != nil {
-					errs[i] = err
-					return
-				}
-			}
-		})
-	}
+	wait := w.load(ctx, clients, "d", &restarted)
 	func() {
 		defer restarted.Store(true)
 		if !harness.EventuallyCtx(ctx, time.Minute, func() bool { return w.sc.runs.Load() >= clients/2 }) {
@@ -210,14 +180,38 @@ func testDockerdRestartUnderLoad(t *testing.T, w *world) {
 			t.Errorf("RuntimeReady did not come back after dockerd did")
 		}
 	}()
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("client %02d: %v", i, err)
-		}
-	}
+	wait()
 	t.Logf("%d cycles, failed calls by code: %s", w.sc.runs.Load(), &w.codes)
 	w.removeAll()
+}
+
+// load starts clients that each cycle a pod with a host port of its own,
+// at least once and on until until is set; the returned wait waits for
+// them and fails the test for every client that could not complete.
+func (w *world) load(ctx context.Context, clients int, prefix string, until *atomic.Bool) (wait func()) {
+	errs := make([]error, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := w.client()
+		cfg := w.podConfig(fmt.Sprintf("%s%02d", prefix, i), w.hostPort(i))
+		wg.Go(func() {
+			for k := 0; k < 1 || !until.Load(); k++ {
+				if err := w.cycle(ctx, c, cfg); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	return func() {
+		w.t.Helper()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				w.t.Errorf("client %s%02d: %v", prefix, i, err)
+			}
+		}
+	}
 }
 
 // runtimeReady reads the RuntimeReady condition (false also when netshim
