@@ -38,12 +38,16 @@ func testCNIPluginHangsOrLies(t *testing.T, w *world) {
 	if err := os.MkdirAll(flags, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// exec, so that the timeout's kill reaches the sleeping process itself.
+	// A hung IPAM is the bridge plugin's child: the timeout kills the
+	// bridge plugin and the sleeper lives on, so the test kills it by the
+	// PID it wrote (it would also hold the fds it inherited, such as a
+	// lock held by whoever runs the suite).
+	t.Cleanup(func() { killHung(t, flags) })
 	writeScript(t, filepath.Join(bin, "flaky-ipam"), fmt.Sprintf(`# host-local, unless a flag file says to hang or to lie
 case "$CNI_COMMAND" in
-ADD) [ -e %[1]s/hang-add ] && exec sleep 600
+ADD) [ -e %[1]s/hang-add ] && { echo $$ > %[1]s/pid-$$; exec sleep 600; }
      [ -e %[1]s/garbage ] && { echo 'this is not a CNI result {'; exit 0; } ;;
-DEL) [ -e %[1]s/hang-del ] && exec sleep 600 ;;
+DEL) [ -e %[1]s/hang-del ] && { echo $$ > %[1]s/pid-$$; exec sleep 600; } ;;
 esac
 exec %[2]s/host-local
 `, flags, w.suite.cniBinDir))
@@ -120,6 +124,28 @@ exec %[2]s/host-local
 		t.Errorf("%s is still held after a successful Stop+Remove", ip)
 	}
 	w.sc.runs.Add(1)
+}
+
+// killHung kills the hung plugin processes whose PIDs are in dir.
+func killHung(t *testing.T, dir string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "pid-*"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscan(string(data), &pid); err != nil || pid <= 1 {
+			continue
+		}
+		// Only the sleeper itself, never a process that reused its PID.
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || string(cmd) != "sleep\x00600\x00" {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			t.Logf("killed a hung plugin process left behind (pid %d)", pid)
+		}
+	}
 }
 
 // (5) Checkpoints damaged while netshim was down: one corrupt, one of a
