@@ -12,9 +12,9 @@ LDFLAGS := -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
-LINT_TAGS := e2e,kubelet
+LINT_TAGS := e2e,kubelet,faults
 
-.PHONY: build deps images crictl critest unit fuzz lint staticcheck e2e e2e-kubelet test run clean bench dockerd-start dockerd-stop
+.PHONY: build deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet test run clean bench dockerd-start dockerd-stop
 
 ## build: compile the daemon into _output/netshim
 build:
@@ -50,7 +50,7 @@ conformance:
 
 ## unit: unit tests with the race detector
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/...
+	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/harness/...
 
 ## fuzz: run every Go fuzz target under pkg/ for FUZZTIME each (default 30s)
 # go test takes one -fuzz target per run, so the targets (func FuzzX in a
@@ -102,16 +102,31 @@ e2e:
 	test/e2e/leak-audit.sh --e2e-tmp || rc=1; \
 	exit $${rc:-0}
 
+## e2e-faults: fault injection against a real dockerd, the Debian CNI plugins and netshim as a
+# process (SIGKILL mid-RPC, slow/hanging/lying CNI plugins, dockerd restarted, damaged
+# checkpoints, full disk, duplicate requests); test/faults, leak audit after every
+# scenario; prints `faults: <scenario>: PASS|FAIL (...)` and a summary line (root)
+e2e-faults:
+	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e-faults: must run as root" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory deps build
+	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
+	hack/dockerd.sh start; \
+	hack/images.sh; \
+	NETSHIM_BIN=$(OUT)/netshim CNI_BIN_DIR=/usr/lib/cni LEAK_AUDIT=$(CURDIR)/test/e2e/leak-audit.sh \
+		$(GO) test -race -count=1 -tags faults -v -timeout 15m ./test/faults/... 2>&1 | \
+		tee $(OUT)/e2e-faults.log | grep -E '^(faults: |--- FAIL|FAIL|ok|panic)|_test.go:[0-9]+:' || rc=$$?; \
+	exit $${rc:-0}
+
 ## e2e-kubelet: a real kubelet v1.36 (built from the module proxy into _output/kubelet) runs a
 # static pod on netshim; prints PASS/FAIL per check and a summary line last (root)
 e2e-kubelet:
 	@hack/e2e-kubelet.sh
 
-## test: lint, unit, fuzz, e2e, conformance (critest) and e2e-kubelet (all run; fails if any failed)
+## test: lint, unit, fuzz, e2e, e2e-faults, conformance (critest) and e2e-kubelet (all run; fails if any failed)
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit fuzz e2e conformance e2e-kubelet; do \
+	for t in lint unit fuzz e2e e2e-faults conformance e2e-kubelet; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \

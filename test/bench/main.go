@@ -29,6 +29,8 @@ import (
 	"github.com/docker/docker/client"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 type options struct {
@@ -80,7 +82,7 @@ type bench struct {
 	dir       string
 	confList  []byte
 	proxy     *countingProxy
-	netshim   *netshimProc
+	netshim   *harness.Netshim
 	conn      *grpc.ClientConn
 	rt        runtimeapi.RuntimeServiceClient
 	docker    *client.Client
@@ -159,8 +161,8 @@ func run(ctx context.Context, o options) (err error) {
 		if ctx.Err() != nil {
 			break
 		}
-		if b.netshim.exited() {
-			b.report.note("netshim exited during the run (%v); the scenarios from %q on did not run. Last log lines: %s", b.netshim.waitErr, s.name, oneLine(errors.New(b.netshim.logTail(10))))
+		if b.netshim.Exited() {
+			b.report.note("netshim exited during the run (%v); the scenarios from %q on did not run. Last log lines: %s", b.netshim.WaitErr(), s.name, oneLine(errors.New(b.netshim.LogTail(10))))
 			failed = append(failed, "netshim exited before "+s.name)
 			break
 		}
@@ -262,26 +264,28 @@ func (b *bench) setUp(ctx context.Context) error {
 	if logPath == "" {
 		logPath = filepath.Join(b.dir, "netshim.log")
 	}
-	sock := filepath.Join(b.dir, "ns.sock")
-	args := []string{
-		"--docker-endpoint", "unix://" + b.proxy.path,
-		"--listen", "unix://" + sock,
-		"--root-dir", filepath.Join(b.dir, "root"),
-		"--cni-conf-dir", filepath.Join(b.dir, "net.d"),
-		"--cni-bin-dir", o.cniBinDir,
-		"--cni-cache-dir", filepath.Join(b.dir, "cache"),
-		"--pod-infra-container-image", o.pauseImage,
-		"-v=1",
-	}
-	b.netshim, err = startNetshim(o.netshim, args, logPath)
+	b.netshim, err = harness.NewNetshim(
+		harness.WithBinary(o.netshim),
+		harness.WithDir(b.dir),
+		harness.WithSocket(filepath.Join(b.dir, "ns.sock")),
+		harness.WithCNIConfDir(filepath.Join(b.dir, "net.d")),
+		harness.WithCNICacheDir(filepath.Join(b.dir, "cache")),
+		harness.WithLogFile(logPath),
+		harness.WithDockerEndpoint("unix://"+b.proxy.path),
+		harness.WithCNIBinDir(o.cniBinDir),
+		harness.WithPauseImage(o.pauseImage),
+		harness.WithVerbosity(1),
+		harness.WithOwnProcessGroup(),
+		harness.WithStartTimeout(o.startTimeout),
+	)
 	if err != nil {
 		return err
 	}
-	var v *runtimeapi.VersionResponse
-	b.conn, v, err = waitForCRI(ctx, b.netshim, sock, o.startTimeout)
-	if err != nil {
-		return err
+	if err := b.netshim.Start(ctx); err != nil {
+		return fmt.Errorf("%w; last log lines:\n%s", err, b.netshim.LogTail(30))
 	}
+	v := b.netshim.Version()
+	b.conn = b.netshim.CRI().Conn
 	b.rt = runtimeapi.NewRuntimeServiceClient(b.conn)
 	st, err := b.rt.Status(ctx, &runtimeapi.StatusRequest{})
 	if err != nil {
@@ -415,7 +419,7 @@ func forEach[T any](items []T, conc int, f func(T) error) error {
 // Docker still has, the bridge and the temporary directory.
 func (b *bench) cleanup(ctx context.Context) error {
 	var errs []error
-	if b.rt != nil && b.netshim != nil && !b.netshim.exited() {
+	if b.rt != nil && b.netshim != nil && b.netshim.Running() {
 		if err := b.removeAllPods(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -425,11 +429,9 @@ func (b *bench) cleanup(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if b.conn != nil {
-		b.conn.Close()
-	}
+	// Stop closes netshim's client connection too.
 	if b.netshim != nil {
-		if err := b.netshim.stop(15 * time.Second); err != nil {
+		if err := b.netshim.Stop(syscall.SIGTERM); err != nil {
 			errs = append(errs, err)
 		}
 	}

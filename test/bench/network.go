@@ -1,12 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 const (
@@ -24,29 +25,14 @@ const loopbackConfList = `{"cniVersion":"0.3.1","name":"cni-loopback","plugins":
 // Debian plugins' bridge with host-local IPAM, and portmap as kubelet
 // setups have it.
 func benchConfList(ipamDataDir string) ([]byte, error) {
-	conf := map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       networkName,
-		"plugins": []any{
-			map[string]any{
-				"type":      "bridge",
-				"bridge":    bridgeName,
-				"isGateway": true,
-				"ipMasq":    false,
-				"ipam": map[string]any{
-					"type":    "host-local",
-					"ranges":  [][]map[string]string{{{"subnet": benchSubnet}}},
-					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
-					"dataDir": ipamDataDir,
-				},
-			},
-			map[string]any{
-				"type":         "portmap",
-				"capabilities": map[string]bool{"portMappings": true},
-			},
-		},
-	}
-	return json.MarshalIndent(conf, "", "  ")
+	return harness.Conflist(
+		harness.WithNetworkName(networkName),
+		harness.WithBridge(bridgeName),
+		harness.WithHairpin(false),
+		harness.WithSubnets(benchSubnet),
+		harness.WithDefaultRoute(),
+		harness.WithIPAMDataDir(ipamDataDir),
+	)
 }
 
 // prepareBridge makes sure no bench bridge is in use: one left by a run

@@ -34,7 +34,7 @@ func scenarioIdleRSS(ctx context.Context, b *bench) error {
 	if err := sleepCtx(ctx, time.Second); err != nil {
 		return err
 	}
-	rss, err := rssBytes(b.netshim.pid())
+	rss, err := rssBytes(b.netshim.Pid())
 	if err != nil {
 		return err
 	}
@@ -427,7 +427,7 @@ func scenarioIdleDocker(ctx context.Context, b *bench) error {
 }
 
 func scenarioRSSWithPods(_ context.Context, b *bench) error {
-	rss, err := rssBytes(b.netshim.pid())
+	rss, err := rssBytes(b.netshim.Pid())
 	if err != nil {
 		return err
 	}

@@ -31,9 +31,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 const (
@@ -548,12 +548,7 @@ func TestKubeletStaticPod(t *testing.T) {
 		fmt.Printf("e2e-kubelet checks: %d passed, %d failed\n", r.passed, r.failed)
 	}()
 
-	conn, err := grpc.NewClient("unix://"+e.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("connecting to netshim: %v", err)
-	}
-	defer conn.Close()
-	c := &cri{rt: runtimeapi.NewRuntimeServiceClient(conn)}
+	c := &cri{rt: harness.ConnectCRI(t, e.sock).Runtime}
 
 	// kubelet answers on its healthz and its authenticated API.
 	{

@@ -20,23 +20,33 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 const (
-	pauseImage = "registry.k8s.io/pause:3.10"
+	pauseImage = harness.DefaultPauseImage
 
-	// pollInterval and the deadlines below bound every wait: nothing sleeps
-	// for a fixed time.
-	pollInterval    = 50 * time.Millisecond
-	startDeadline   = 30 * time.Second
-	stopDeadline    = 20 * time.Second
-	commandDeadline = 2 * time.Minute
-	rpcDeadline     = 2 * time.Minute
+	// conflistFile is the name of the env's network config in its conf dir.
+	conflistFile = "10-nse2e.conflist"
 
 	// maxSlots bounds the search for a free test network slot.
 	maxSlots = 250
+
+	// The suite's names for the harness's deadlines: every wait is bounded,
+	// nothing sleeps for a fixed time.
+	startDeadline   = harness.StartTimeout
+	stopDeadline    = harness.StopTimeout
+	commandDeadline = harness.CommandDeadline
+	rpcDeadline     = harness.RPCTimeout
+)
+
+// The suite's names for the harness's helpers.
+var (
+	runCmd  = harness.RunCmd
+	mustRun = harness.MustRun
+	poll    = harness.Eventually
 )
 
 // config is what the suite needs from its environment.
@@ -88,43 +98,10 @@ func requireConfig(t *testing.T) config {
 	return c
 }
 
-// runCmd runs a command with a deadline and returns its combined output.
-func runCmd(name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), commandDeadline)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	return string(out), err
-}
-
-// mustRun runs a command and fails the test, with its output, if it fails.
-func mustRun(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := runCmd(name, args...)
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-// poll calls cond every pollInterval until it returns true or the deadline
-// passes; it returns the last cond result.
-func poll(deadline time.Duration, cond func() bool) bool {
-	end := time.Now().Add(deadline)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-		time.Sleep(pollInterval)
-	}
-}
-
 // env is one test's world: a network slot (bridge, subnet, host ports), a
 // temp directory with the CNI config, netshim's root dir, libcni's cache
-// and host-local's store, and the netshim daemon serving on a socket in
-// it.
+// and host-local's store, and the netshim daemon (a harness.Netshim)
+// serving on a socket in it.
 type env struct {
 	t   *testing.T
 	cfg config
@@ -146,7 +123,7 @@ type env struct {
 	dockerEndpoint string
 	extraFlags     []string
 
-	daemon *daemon
+	ns     *harness.Netshim
 	conn   *grpc.ClientConn
 	client runtimeapi.RuntimeServiceClient
 }
@@ -170,7 +147,8 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	t.Helper()
 	cfg := requireConfig(t)
 	// os.MkdirTemp rather than t.TempDir: the socket path must stay well
-	// under the 108 bytes a unix socket address may hold.
+	// under the 108 bytes a unix socket address may hold. The "nse2e"
+	// prefix is what leak-audit.sh --e2e-tmp looks for.
 	dir, err := os.MkdirTemp("", "nse2e")
 	if err != nil {
 		t.Fatalf("creating temp dir: %v", err)
@@ -189,10 +167,6 @@ func newEnv(t *testing.T, opts envOptions) *env {
 
 		dockerEndpoint: opts.dockerEndpoint,
 		extraFlags:     opts.extraFlags,
-	}
-	if len(e.sock) > 100 {
-		os.RemoveAll(dir)
-		t.Fatalf("socket path %s is too long for a unix socket: set TMPDIR to a shorter directory", e.sock)
 	}
 	t.Cleanup(e.cleanup)
 	e.reserveSlot()
@@ -242,209 +216,83 @@ func (e *env) hostPort(k int) int32 { return int32(18000 + e.slot*10 + k) }
 
 func (e *env) ipamStoreDir() string { return filepath.Join(e.ipamDir, e.bridge) }
 
-// conflist is the CNI config of this env: bridge + host-local (store in
-// the temp dir) [+ extra] + portmap.
+// conflistOptions describe this env's CNI config: bridge + host-local
+// (store in the temp dir) [+ extra] + portmap.
+func (e *env) conflistOptions(extra []map[string]any) []harness.ConflistOption {
+	return []harness.ConflistOption{
+		harness.WithBridge(e.bridge),
+		harness.WithSubnets(e.subnet.String()),
+		harness.WithIPAMDataDir(e.ipamDir),
+		harness.WithPlugins(extra...),
+		harness.WithFileName(conflistFile),
+	}
+}
+
+// conflist is the JSON of this env's CNI config.
 func (e *env) conflist(extra []map[string]any) []byte {
 	e.t.Helper()
-	plugins := []map[string]any{{
-		"type":        "bridge",
-		"bridge":      e.bridge,
-		"isGateway":   true,
-		"ipMasq":      false,
-		"hairpinMode": true,
-		"ipam": map[string]any{
-			"type":    "host-local",
-			"ranges":  [][]map[string]any{{{"subnet": e.subnet.String()}}},
-			"dataDir": e.ipamDir,
-		},
-	}}
-	plugins = append(plugins, extra...)
-	plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}})
-	data, err := json.MarshalIndent(map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       e.bridge,
-		"plugins":    plugins,
-	}, "", "  ")
+	data, err := harness.Conflist(e.conflistOptions(extra)...)
 	if err != nil {
-		e.t.Fatalf("encoding conflist: %v", err)
+		e.t.Fatal(err)
 	}
 	return data
 }
 
 func (e *env) writeConflist(extra []map[string]any) {
 	e.t.Helper()
-	path := filepath.Join(e.confDir, "10-nse2e.conflist")
-	if err := os.WriteFile(path, e.conflist(extra), 0o644); err != nil {
-		e.t.Fatalf("writing %s: %v", path, err)
-	}
+	harness.WriteConflist(e.t, e.confDir, e.conflistOptions(extra)...)
 }
 
-// daemon is a running netshim process.
-type daemon struct {
-	cmd     *exec.Cmd
-	logFile *os.File
-	done    chan struct{}
-	waitErr error
-}
-
-func (d *daemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// start starts netshim and waits until it answers a CRI Version RPC.
+// start starts netshim (again, after a stop) and waits until it answers a
+// CRI Version RPC. The first start registers netshim's cleanup, which
+// removes this env's pods through it and stops it before the env's own
+// cleanup runs.
 func (e *env) start() {
 	e.t.Helper()
-	if e.daemon != nil && !e.daemon.exited() {
-		e.t.Fatalf("netshim is already running")
-	}
-	f, err := os.OpenFile(e.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		e.t.Fatalf("opening %s: %v", e.logPath, err)
-	}
-	fmt.Fprintf(f, "==== e2e: starting netshim at %s ====\n", time.Now().Format(time.RFC3339Nano))
-	args := []string{
-		"--listen", "unix://" + e.sock,
-		"--root-dir", e.rootDir,
-		"--cni-conf-dir", e.confDir,
-		"--cni-bin-dir", e.cfg.cniBinDir,
-		"--cni-cache-dir", e.cacheDir,
-		"--pod-infra-container-image", pauseImage,
-		"-v=4",
-	}
-	if e.dockerEndpoint != "" {
-		args = append(args, "--docker-endpoint", e.dockerEndpoint)
-	}
-	args = append(args, e.extraFlags...)
-	cmd := exec.Command(e.cfg.netshim, args...)
-	cmd.Stdout = f
-	cmd.Stderr = f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		e.t.Fatalf("starting %s: %v", e.cfg.netshim, err)
-	}
-	d := &daemon{cmd: cmd, logFile: f, done: make(chan struct{})}
-	go func() {
-		d.waitErr = cmd.Wait()
-		close(d.done)
-	}()
-	e.daemon = d
-
-	// The socket accepts connections once netshim serves.
-	ready := poll(startDeadline, func() bool {
-		if d.exited() {
-			return true
+	if e.ns == nil {
+		opts := []harness.NetshimOption{
+			harness.WithBinary(e.cfg.netshim),
+			harness.WithDir(e.dir),
+			harness.WithCNIBinDir(e.cfg.cniBinDir),
+			harness.WithPauseImage(pauseImage),
+			harness.WithCleanupNamespace(e.namespace),
+			harness.WithArgs(e.extraFlags...),
 		}
-		c, err := net.Dial("unix", e.sock)
-		if err != nil {
-			return false
+		if e.dockerEndpoint != "" {
+			opts = append(opts, harness.WithDockerEndpoint(e.dockerEndpoint))
 		}
-		c.Close()
-		return true
-	})
-	if d.exited() {
-		e.t.Fatalf("netshim exited during start-up: %v\n%s", d.waitErr, e.logTail(40))
+		e.ns = harness.StartNetshim(e.t, opts...)
+	} else {
+		e.ns.MustStart(e.t)
 	}
-	if !ready {
-		e.t.Fatalf("netshim did not listen on %s within %s\n%s", e.sock, startDeadline, e.logTail(40))
-	}
-	conn, err := grpc.NewClient("unix://"+e.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		e.t.Fatalf("creating gRPC client for %s: %v", e.sock, err)
-	}
-	e.conn = conn
-	e.client = runtimeapi.NewRuntimeServiceClient(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), startDeadline)
-	defer cancel()
-	v, err := e.client.Version(ctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		e.t.Fatalf("CRI Version on %s: %v\n%s", e.sock, err, e.logTail(40))
-	}
-	e.t.Logf("netshim %s (%s, CRI %s) serves on %s; slot %d, bridge %s, subnet %s",
-		v.RuntimeVersion, v.RuntimeName, v.RuntimeApiVersion, e.sock, e.slot, e.bridge, e.subnet)
+	cri := e.ns.CRI()
+	e.conn, e.client = cri.Conn, cri.Runtime
+	e.t.Logf("slot %d, bridge %s, subnet %s", e.slot, e.bridge, e.subnet)
 }
 
-// stop sends sig to netshim and waits for it to exit. After SIGTERM it
+// mustStop sends sig to netshim and waits for it to exit. After SIGTERM it
 // must exit 0 and have removed its socket.
-func (e *env) stop(sig syscall.Signal) error {
-	d := e.daemon
-	if d == nil || d.exited() {
-		return nil
-	}
-	if e.conn != nil {
-		e.conn.Close()
-		e.conn, e.client = nil, nil
-	}
-	defer d.logFile.Close()
-	if err := d.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("signalling netshim (pid %d): %w", d.cmd.Process.Pid, err)
-	}
-	select {
-	case <-d.done:
-	case <-time.After(stopDeadline):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-		return fmt.Errorf("netshim (pid %d) did not exit within %s of %v; killed", d.cmd.Process.Pid, stopDeadline, sig)
-	}
-	if sig != syscall.SIGTERM {
-		return nil
-	}
-	if d.waitErr != nil {
-		return fmt.Errorf("netshim exited with %v after SIGTERM", d.waitErr)
-	}
-	if _, err := os.Stat(e.sock); !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("netshim left its socket %s behind after SIGTERM (stat: %v)", e.sock, err)
-	}
-	return nil
-}
-
 func (e *env) mustStop(sig syscall.Signal) {
 	e.t.Helper()
-	if err := e.stop(sig); err != nil {
-		e.t.Fatalf("%v\n%s", err, e.logTail(40))
+	e.conn, e.client = nil, nil
+	if e.ns != nil {
+		e.ns.MustStop(e.t, sig)
 	}
 }
 
 // logTail returns the last n lines of netshim's log.
 func (e *env) logTail(n int) string {
-	data, err := os.ReadFile(e.logPath)
-	if err != nil {
-		return fmt.Sprintf("(no netshim log: %v)", err)
+	if e.ns == nil {
+		return "(netshim was not started)"
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "---- last lines of " + e.logPath + " ----\n" + strings.Join(lines, "\n")
+	return e.ns.LogTail(n)
 }
 
-// cleanup removes everything the test made, whatever state it stopped in:
-// pods through the daemon, the daemon, leftover containers, the bridge and
-// the temp dir.
+// cleanup removes what the test made besides netshim and its pods (the
+// harness's cleanup, which runs first): leftover containers, the bridge
+// and the temp dir.
 func (e *env) cleanup() {
 	t := e.t
-	if e.daemon != nil && !e.daemon.exited() && e.client != nil {
-		for _, id := range e.listPodIDs() {
-			ctx, cancel := context.WithTimeout(context.Background(), rpcDeadline)
-			if _, err := e.client.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
-				t.Logf("cleanup: StopPodSandbox %s: %v", id, err)
-			}
-			if _, err := e.client.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
-				t.Logf("cleanup: RemovePodSandbox %s: %v", id, err)
-			}
-			cancel()
-		}
-	}
-	if err := e.stop(syscall.SIGTERM); err != nil {
-		t.Errorf("stopping netshim: %v", err)
-	}
-	if t.Failed() {
-		t.Logf("netshim log:\n%s", e.logTail(80))
-	}
 	if e.namespace != "" {
 		e.removeLeftoverContainers()
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 // notReadyDeadline is how fast a change made behind netshim's back must
@@ -19,8 +21,8 @@ const notReadyDeadline = time.Second
 // dockerd restart is seen (RuntimeReady=false while down) and resynced
 // from by itself. It uses a private dockerd that it may restart.
 func TestIndexFollowsDocker(t *testing.T) {
-	d := startPrivateDockerd(t)
-	e := newEnv(t, envOptions{dockerEndpoint: d.endpoint()})
+	d := harness.StartPrivateDockerd(t, harness.WithImages(pauseImage))
+	e := newEnv(t, envOptions{dockerEndpoint: d.Endpoint()})
 	e.start()
 
 	run := func(name string) string {
@@ -47,9 +49,9 @@ func TestIndexFollowsDocker(t *testing.T) {
 		}
 		t.Logf("sandbox NOTREADY %s after %s", time.Since(start).Round(time.Millisecond), how)
 	}
-	d.docker("kill", killed)
+	d.MustDocker(t, "kill", killed)
 	requireNotReadySoon(killed, "docker kill")
-	d.docker("rm", "-f", removed)
+	d.MustDocker(t, "rm", "-f", removed)
 	requireNotReadySoon(removed, "docker rm -f")
 	if st := e.mustStatus(survivor).State; st != runtimeapi.PodSandboxState_SANDBOX_READY {
 		t.Fatalf("untouched sandbox is %s", st)
@@ -57,11 +59,15 @@ func TestIndexFollowsDocker(t *testing.T) {
 
 	// dockerd goes away: Status says so; it comes back: the index resyncs
 	// by itself (the restart killed the survivor's pause container).
-	d.stop()
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	if !poll(5*time.Second, func() bool { return !runtimeReady(t, e) }) {
 		t.Fatal("Status still reports RuntimeReady=true with dockerd stopped")
 	}
-	d.start()
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
 	if !poll(15*time.Second, func() bool { return runtimeReady(t, e) }) {
 		t.Fatalf("Status did not report RuntimeReady=true after dockerd came back\n%s", e.logTail(30))
 	}

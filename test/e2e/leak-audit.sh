@@ -25,10 +25,17 @@
 #
 # Usage: leak-audit.sh [--ipam-dir DIR]... [--root-dir DIR]... [--cache-dir DIR]...
 #                      [--bridge NAME]... [--e2e-tmp] [--skip CHECK]...
+#                      [--no-defaults] [--container-filter FILTER]
 # Defaults: --ipam-dir /var/lib/cni/networks, --root-dir /var/lib/netshim,
 # --cache-dir /var/lib/cni/cache. The same lists can be given (space separated)
 # in LEAK_AUDIT_IPAM_DIRS, LEAK_AUDIT_ROOT_DIRS, LEAK_AUDIT_CACHE_DIRS and
 # LEAK_AUDIT_BRIDGES; LEAK_AUDIT_SKIP names checks to skip.
+# Per test or scenario: --no-defaults audits only the directories given, and
+# --container-filter (a `docker ps --filter` value, e.g.
+# label=netshim.io/pod-namespace=NS) only the containers it matches. Set
+# DOCKER_HOST to audit against another engine (a test's private dockerd).
+# The last line before the verdict counts the leaks per check:
+#   leak-audit: counts ipam=N veths=N iptables=N containers=N checkpoints=N cache=N tmp=N
 set -uo pipefail
 
 usage() { sed -n '2,/^set /p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2; }
@@ -39,6 +46,12 @@ read -r -a cache_dirs <<<"${LEAK_AUDIT_CACHE_DIRS:-/var/lib/cni/cache}"
 read -r -a extra_bridges <<<"${LEAK_AUDIT_BRIDGES:-}"
 read -r -a skip <<<"${LEAK_AUDIT_SKIP:-}"
 e2e_tmp=0
+container_filter=label=netshim.io/type
+no_defaults=0
+for a in "$@"; do [[ $a == --no-defaults ]] && no_defaults=1; done
+if ((no_defaults)); then
+  ipam_dirs=() root_dirs=() cache_dirs=()
+fi
 while (($#)); do
   case $1 in
     --ipam-dir) ipam_dirs+=("${2:?}"); shift 2 ;;
@@ -47,13 +60,16 @@ while (($#)); do
     --bridge) extra_bridges+=("${2:?}"); shift 2 ;;
     --skip) skip+=("${2:?}"); shift 2 ;;
     --e2e-tmp) e2e_tmp=1; shift ;;
+    --no-defaults) shift ;;
+    --container-filter) container_filter=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) echo "leak-audit: unknown argument $1" >&2; usage ;;
   esac
 done
 
 leaks=0
-leak() { echo "LEAK [$1] $2"; leaks=$((leaks + 1)); }
+declare -A counts=([ipam]=0 [veths]=0 [iptables]=0 [containers]=0 [checkpoints]=0 [cache]=0 [tmp]=0)
+leak() { echo "LEAK [$1] $2"; leaks=$((leaks + 1)); counts[$1]=$((${counts[$1]:-0} + 1)); }
 skipped() { [[ " ${skip[*]} " == *" $1 "* ]]; }
 
 have_docker=0
@@ -146,7 +162,7 @@ if ! skipped containers && ((have_docker)); then
   while read -r l; do
     [[ -n $l ]] || continue
     leak containers "$l"
-  done < <(docker ps -a --filter label=netshim.io/type --format '{{.ID}} {{.Label "netshim.io/type"}} {{.Names}} {{.Status}}')
+  done < <(docker ps -a --filter label=netshim.io/type --filter "$container_filter" --format '{{.ID}} {{.Label "netshim.io/type"}} {{.Names}} {{.Status}}')
 fi
 
 # ---- checkpoints ----
@@ -174,6 +190,7 @@ if ! skipped cache && ((have_docker)); then
   done
 fi
 
+echo "leak-audit: counts ipam=${counts[ipam]} veths=${counts[veths]} iptables=${counts[iptables]} containers=${counts[containers]} checkpoints=${counts[checkpoints]} cache=${counts[cache]} tmp=${counts[tmp]}"
 if ((leaks)); then
   echo "leak-audit: $leaks leak(s) found"
   exit 1

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 // Helpers of the network_*_test.go tests (pod IPs, dual-stack, hostPort,
@@ -22,18 +24,7 @@ import (
 // named after the bridge like the default one. Call it before start.
 func (e *env) writeChain(plugins []map[string]any) {
 	e.t.Helper()
-	data, err := json.MarshalIndent(map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       e.bridge,
-		"plugins":    plugins,
-	}, "", "  ")
-	if err != nil {
-		e.t.Fatalf("encoding conflist: %v", err)
-	}
-	path := filepath.Join(e.confDir, "10-nse2e.conflist")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		e.t.Fatalf("writing %s: %v", path, err)
-	}
+	harness.WriteConflist(e.t, e.confDir, harness.WithNetworkName(e.bridge), harness.WithChain(plugins...), harness.WithFileName(conflistFile))
 }
 
 // subnet6 is the IPv6 ULA subnet of this env's slot.

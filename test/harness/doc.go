@@ -1,0 +1,13 @@
+// Package harness sets up the world netshim's end-to-end tests, faults
+// suite and benchmark run in: the netshim daemon as a real process, CNI
+// network configs in a conf dir of their own, a private dockerd the test may
+// stop and restart, a CRI client, and bounded polls.
+//
+// Everything is built from options (StartNetshim(t, WithKubenet(...),
+// WithArgs(...))) and, in the testing.TB forms, removed again through
+// t.Cleanup. The error-returning forms (NewNetshim, Netshim.Start) serve
+// callers that are not tests, such as the benchmark command.
+//
+// The package needs no build tag: it only starts processes when asked, so
+// its own unit tests run without root or Docker.
+package harness

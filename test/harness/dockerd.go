@@ -1,0 +1,189 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// Dockerd is a dockerd of the test's own, with its own data root, exec root
+// and socket, so that the test may stop and restart it without touching
+// the host's engine. It has no bridge and no iptables rules of its own:
+// pods get their network from CNI anyway.
+type Dockerd struct {
+	Dir  string
+	Sock string
+
+	images []string
+	args   []string
+
+	mu   sync.Mutex
+	proc *proc
+}
+
+// DockerdOption configures a private dockerd.
+type DockerdOption func(*Dockerd)
+
+// WithImages loads these images from the host's engine into the private
+// one once it runs (it cannot pull: there is no registry).
+func WithImages(refs ...string) DockerdOption {
+	return func(d *Dockerd) { d.images = append(d.images, refs...) }
+}
+
+// WithDockerdArgs appends flags to dockerd's command line.
+func WithDockerdArgs(args ...string) DockerdOption {
+	return func(d *Dockerd) { d.args = append(d.args, args...) }
+}
+
+// StartPrivateDockerd starts a private engine, loads the images, and
+// registers its removal (containers, engine, mounts, directory).
+func StartPrivateDockerd(t testing.TB, opts ...DockerdOption) *Dockerd {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nsdkr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Dockerd{Dir: dir, Sock: filepath.Join(dir, "docker.sock")}
+	for _, o := range opts {
+		o(d)
+	}
+	t.Cleanup(func() { d.remove(t) })
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range d.images {
+		if err := d.load(ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// Endpoint is the engine's address for --docker-endpoint and docker -H.
+func (d *Dockerd) Endpoint() string { return "unix://" + d.Sock }
+
+func (d *Dockerd) logPath() string { return filepath.Join(d.Dir, "dockerd.log") }
+
+// load copies an image from the host's engine (docker save | docker load).
+func (d *Dockerd) load(ref string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), CommandDeadline)
+	defer cancel()
+	save := exec.CommandContext(ctx, "docker", "save", ref)
+	load := exec.CommandContext(ctx, "docker", "-H", d.Endpoint(), "load")
+	pipe, err := save.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	load.Stdin = pipe
+	if err := save.Start(); err != nil {
+		return fmt.Errorf("docker save %s: %w", ref, err)
+	}
+	out, lerr := load.CombinedOutput()
+	serr := save.Wait()
+	if lerr != nil {
+		return fmt.Errorf("loading %s into the private dockerd: %w\n%s", ref, lerr, out)
+	}
+	if serr != nil {
+		return fmt.Errorf("docker save %s: %w", ref, serr)
+	}
+	return nil
+}
+
+// Start runs dockerd and waits (at most StartTimeout) until it answers.
+func (d *Dockerd) Start() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.proc != nil && !d.proc.exited() {
+		return errors.New("private dockerd is already running")
+	}
+	logf, err := os.OpenFile(d.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	args := append([]string{
+		"--data-root", filepath.Join(d.Dir, "data"),
+		"--exec-root", filepath.Join(d.Dir, "exec"),
+		"--pidfile", filepath.Join(d.Dir, "docker.pid"),
+		"--host", d.Endpoint(),
+		"--bridge", "none",
+		"--iptables=false",
+		"--ip-masq=false",
+	}, d.args...)
+	cmd := exec.Command("dockerd", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	p, err := startProc(cmd, logf)
+	if err != nil {
+		return err
+	}
+	d.proc = p
+	if !Eventually(StartTimeout, func() bool {
+		_, err := d.Docker("version", "--format", "{{.Server.Version}}")
+		return err == nil
+	}) {
+		return fmt.Errorf("private dockerd did not answer within %s\n%s", StartTimeout, tail(d.logPath(), 30))
+	}
+	return nil
+}
+
+// running says whether the engine started last has not exited.
+func (d *Dockerd) running() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.proc != nil && !d.proc.exited()
+}
+
+// Stop stops the engine with SIGTERM, by its PID, and waits for it
+// (SIGKILL after StopTimeout). A stopped engine is left alone.
+func (d *Dockerd) Stop() error {
+	d.mu.Lock()
+	p := d.proc
+	d.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.stop("private dockerd", syscall.SIGTERM, StopTimeout)
+}
+
+// Docker runs the docker CLI against this engine.
+func (d *Dockerd) Docker(args ...string) (string, error) {
+	return RunCmd("docker", append([]string{"-H", d.Endpoint()}, args...)...)
+}
+
+// MustDocker is Docker for a test.
+func (d *Dockerd) MustDocker(t testing.TB, args ...string) string {
+	t.Helper()
+	return MustRun(t, "docker", append([]string{"-H", d.Endpoint()}, args...)...)
+}
+
+// LogTail returns the last lines of dockerd's log.
+func (d *Dockerd) LogTail(n int) string { return tail(d.logPath(), n) }
+
+// remove removes the containers first, so that nothing stays mounted,
+// stops the engine and deletes its directory.
+func (d *Dockerd) remove(t testing.TB) {
+	if d.running() {
+		if out, err := d.Docker("ps", "-aq"); err == nil && strings.TrimSpace(out) != "" {
+			if out, err := d.Docker(append([]string{"rm", "-f"}, strings.Fields(out)...)...); err != nil {
+				t.Logf("cleanup: %v\n%s", err, out)
+			}
+		}
+		if err := d.Stop(); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	}
+	// dockerd unmounts what it mounted on a clean stop; anything left is
+	// unmounted lazily so the directory can go.
+	if out, err := RunCmd("sh", "-c", fmt.Sprintf("grep -o ' %s[^ ]*' /proc/self/mounts | sort -r | xargs -r umount -l", d.Dir)); err != nil {
+		t.Logf("cleanup: unmounting under %s: %v\n%s", d.Dir, err, out)
+	}
+	if err := os.RemoveAll(d.Dir); err != nil {
+		t.Logf("cleanup: removing %s: %v", d.Dir, err)
+	}
+}
