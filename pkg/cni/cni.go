@@ -22,7 +22,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
-	"github.com/containernetworking/cni/pkg/version"
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/network"
@@ -198,13 +197,11 @@ func NewPlugin(opts Options) *Plugin {
 	}
 	exec := opts.Exec
 	if exec == nil {
-		// libcni would build this same executor lazily, but it does so by
+		// Built once: libcni would build its default executor lazily, by
 		// assigning a field on every call, which is a data race when pods
-		// are set up in parallel. Building it once here avoids that.
-		exec = &invoke.DefaultExec{
-			RawExec:       &invoke.RawExec{Stderr: os.Stderr},
-			PluginDecoder: version.PluginDecoder{},
-		}
+		// are set up in parallel. Ours also kills a plugin's whole process
+		// group at the deadline (exec.go).
+		exec = &pluginExec{stderr: os.Stderr}
 	}
 	lo, err := libcni.ConfListFromBytes([]byte(loConfList))
 	if err != nil {
