@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
@@ -53,6 +54,10 @@ func toStatus(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		// A full disk is the operator's to fix; the call may succeed
+		// once there is room again.
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errdefs.IsNotFound(err):
 		return status.Error(codes.NotFound, err.Error())
 	case errdefs.IsInvalidArgument(err):
