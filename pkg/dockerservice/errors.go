@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/containerd/errdefs"
+	"github.com/docker/docker/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -54,6 +55,10 @@ func toStatus(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
+	case client.IsErrConnectionFailed(err), errors.Is(err, syscall.ECONNREFUSED):
+		// dockerd is down or restarting: kubelet retries, and Status
+		// already says the runtime is not ready.
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		// A full disk is the operator's to fix; the call may succeed
 		// once there is room again.
