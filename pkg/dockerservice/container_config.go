@@ -377,22 +377,26 @@ func setSecurityContext(config *container.Config, hc *container.HostConfig, sc *
 		hc.CapDrop = normalizeCaps(caps.GetDropCapabilities())
 	}
 
-	// No seccomp profile at all means unconfined for a container, as with
-	// containerd and dockershim (critest checks it); kubelet always says
-	// which profile it wants.
-	seccomp := []string{"seccomp=unconfined"}
-	if sc.GetSeccomp() != nil {
-		var err error
-		if seccomp, err = seccompSecurityOpt(sc.GetSeccomp()); err != nil {
+	if sc.GetPrivileged() {
+		hc.SecurityOpt = append(hc.SecurityOpt, privilegedSecurityOpts()...)
+	} else {
+		// No seccomp profile at all means unconfined for a container, as
+		// with containerd and dockershim (critest checks it); kubelet
+		// always says which profile it wants.
+		seccomp := []string{"seccomp=unconfined"}
+		if sc.GetSeccomp() != nil {
+			var err error
+			if seccomp, err = seccompSecurityOpt(sc.GetSeccomp()); err != nil {
+				return err
+			}
+		}
+		hc.SecurityOpt = append(hc.SecurityOpt, seccomp...)
+		apparmor, err := apparmorSecurityOpt(sc.GetApparmor())
+		if err != nil {
 			return err
 		}
+		hc.SecurityOpt = append(hc.SecurityOpt, apparmor...)
 	}
-	hc.SecurityOpt = append(hc.SecurityOpt, seccomp...)
-	apparmor, err := apparmorSecurityOpt(sc.GetApparmor())
-	if err != nil {
-		return err
-	}
-	hc.SecurityOpt = append(hc.SecurityOpt, apparmor...)
 	if se := sc.GetSelinuxOptions(); se != nil {
 		for _, kv := range [][2]string{{"user", se.GetUser()}, {"role", se.GetRole()}, {"type", se.GetType()}, {"level", se.GetLevel()}} {
 			if kv[1] != "" {
@@ -451,6 +455,18 @@ func normalizeCaps(caps []string) []string {
 		out = append(out, strings.ToUpper(strings.TrimSpace(c)))
 	}
 	return out
+}
+
+// privilegedSecurityOpts confine a privileged container or sandbox by
+// neither seccomp nor AppArmor, whatever profiles the request names: the
+// CRI says privileged means unconfined, and kubelet still sends the pod's
+// profiles. Docker < 25 skipped seccomp for privileged containers itself;
+// Docker 25+ applies a profile that was asked for even then (one blocking
+// sethostname blocks a privileged container), and every version applies an
+// AppArmor profile that was named. So unconfined is said explicitly, and a
+// Localhost seccomp profile is not even read.
+func privilegedSecurityOpts() []string {
+	return []string{"seccomp=unconfined", "apparmor=unconfined"}
 }
 
 // apparmorSecurityOpt maps a CRI AppArmor profile to Docker's security-opt:

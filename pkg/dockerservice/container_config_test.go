@@ -429,6 +429,29 @@ func TestCreateContainerSecurityContext(t *testing.T) {
 			})
 		}
 	})
+	t.Run("privileged is unconfined whatever the profiles", func(t *testing.T) {
+		// A Localhost profile that does not exist: a privileged container
+		// must not even read it.
+		absent := filepath.Join(t.TempDir(), "absent.json")
+		for name, c := range map[string]struct{ seccomp, apparmor *runtimeapi.SecurityProfile }{
+			"none":             {nil, nil},
+			"runtime default":  {&runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}},
+			"unconfined":       {&runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}, &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}},
+			"localhost":        {&runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: profile}, &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "localhost/k8s-deny-write"}},
+			"absent localhost": {&runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: absent}, nil},
+		} {
+			t.Run(name, func(t *testing.T) {
+				check(t, func(s *runtimeapi.LinuxContainerSecurityContext) {
+					s.Privileged = true
+					s.Seccomp, s.Apparmor = c.seccomp, c.apparmor
+				}, func(_ *container.Config, hc *container.HostConfig) {
+					if want := []string{"seccomp=unconfined", "apparmor=unconfined"}; !hc.Privileged || !slices.Equal(hc.SecurityOpt, want) {
+						t.Errorf("privileged=%v security opts = %q, want %q", hc.Privileged, hc.SecurityOpt, want)
+					}
+				})
+			})
+		}
+	})
 	t.Run("selinux", func(t *testing.T) {
 		check(t, func(s *runtimeapi.LinuxContainerSecurityContext) {
 			s.SelinuxOptions = &runtimeapi.SELinuxOption{Type: "spc_t", Level: "s0:c1,c2"}

@@ -297,11 +297,15 @@ func (ds *DockerService) sandboxDockerConfig(cfg *runtimeapi.PodSandboxConfig, r
 	for _, g := range sc.GetSupplementalGroups() {
 		hc.GroupAdd = append(hc.GroupAdd, strconv.FormatInt(g, 10))
 	}
-	secOpts, err := seccompSecurityOpt(sc.GetSeccomp())
-	if err != nil {
-		return nil, nil, err
+	if sc.GetPrivileged() {
+		hc.SecurityOpt = privilegedSecurityOpts()
+	} else {
+		secOpts, err := seccompSecurityOpt(sc.GetSeccomp())
+		if err != nil {
+			return nil, nil, err
+		}
+		hc.SecurityOpt = secOpts
 	}
-	hc.SecurityOpt = secOpts
 	return config, hc, nil
 }
 

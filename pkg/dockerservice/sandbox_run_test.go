@@ -3,6 +3,10 @@ package dockerservice
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -167,5 +171,47 @@ func TestHostNetworkSandboxCheckpointIsReady(t *testing.T) {
 	}
 	if st.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY || st.Status.Network != nil {
 		t.Errorf("host-network sandbox: state %v network %v, want READY and no pod network", st.Status.State, st.Status.Network)
+	}
+}
+
+// A privileged sandbox runs unconfined whatever seccomp profile the pod
+// has; an unprivileged one gets the profile it asked for.
+func TestRunPodSandboxSecurityOpts(t *testing.T) {
+	e := newTestEnv(t)
+	profile := filepath.Join(t.TempDir(), "seccomp.json")
+	if err := os.WriteFile(profile, []byte(`{"defaultAction":"SCMP_ACT_ERRNO"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	absent := filepath.Join(t.TempDir(), "absent.json")
+	localhost := func(ref string) *runtimeapi.SecurityProfile {
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: ref}
+	}
+	unconfined := []string{"seccomp=unconfined", "apparmor=unconfined"}
+	for i, c := range []struct {
+		name       string
+		privileged bool
+		seccomp    *runtimeapi.SecurityProfile
+		want       []string
+	}{
+		{"unprivileged runtime default", false, &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil},
+		{"unprivileged localhost", false, localhost(profile), []string{`seccomp={"defaultAction":"SCMP_ACT_ERRNO"}`}},
+		{"privileged without profile", true, nil, unconfined},
+		{"privileged runtime default", true, &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, unconfined},
+		{"privileged localhost", true, localhost(profile), unconfined},
+		// Not read at all: a missing file is no error.
+		{"privileged absent localhost", true, localhost(absent), unconfined},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := podConfig(fmt.Sprintf("sec%d", i))
+			cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{Privileged: c.privileged, Seccomp: c.seccomp}
+			id := e.run(t, cfg)
+			got, err := e.docker.ContainerInspect(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.HostConfig.Privileged != c.privileged || !slices.Equal(got.HostConfig.SecurityOpt, c.want) {
+				t.Errorf("privileged=%v security opts = %q, want %v %q", got.HostConfig.Privileged, got.HostConfig.SecurityOpt, c.privileged, c.want)
+			}
+		})
 	}
 }
