@@ -32,6 +32,12 @@ const (
 	// minRecursiveReadOnlyAPI is the first Docker API with recursive
 	// read-only bind mounts (BindOptions.ReadOnlyForceRecursive).
 	minRecursiveReadOnlyAPI = "1.44"
+	// minReadOnlyNonRecursiveAPI is the first Docker API (Docker 25) that
+	// makes a read-only bind recursively read-only by default, and with
+	// it BindOptions.ReadOnlyNonRecursive to ask for the old behaviour.
+	// Below it, a read-only bind is read-only at the top only and the
+	// option does not exist (the engine would ignore it).
+	minReadOnlyNonRecursiveAPI = "1.44"
 
 	etcResolvConf = "/etc/resolv.conf"
 	etcHosts      = "/etc/hosts"
@@ -102,8 +108,8 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 	if err != nil {
 		return nil, nil, err
 	}
-	hc.Binds, hc.Mounts = binds, mounts
-	hc.Binds = append(hc.Binds, sandboxFileBinds(cfg.GetMounts(), in, sc.GetReadonlyRootfs())...)
+	fileBinds, fileMounts := sandboxFileBinds(cfg.GetMounts(), in, sc.GetReadonlyRootfs())
+	hc.Binds, hc.Mounts = append(binds, fileBinds...), append(mounts, fileMounts...)
 
 	for _, d := range cfg.GetDevices() {
 		if !filepath.IsAbs(d.GetContainerPath()) || d.GetHostPath() == "" {
@@ -185,7 +191,14 @@ func setNamespaces(hc *container.HostConfig, in containerDockerInput) error {
 // containerMounts maps CRI mounts to Docker binds ("src:dst:opts"), which
 // create a missing host path as a directory like other CRI runtimes do,
 // and accept the SELinux relabel flag. A mount Docker's bind syntax cannot
-// carry (a ':' in a path, or recursive read-only) becomes a mount.Mount.
+// carry (a ':' in a path, recursive read-only, or non-recursive read-only
+// on API 1.44+) becomes a mount.Mount.
+//
+// A read-only mount is read-only at its top only unless the CRI mount sets
+// recursive_read_only: kubelet and the CRI mean that, and it keeps a
+// writable submount under a read-only volume writable. Docker 25 (API
+// 1.44) turned "ro" binds recursive, so from that API on the mount asks
+// for ReadOnlyNonRecursive; older engines do that for "ro" anyway.
 func containerMounts(ms []*runtimeapi.Mount, apiVersion string) (binds []string, mounts []mount.Mount, err error) {
 	seen := map[string]bool{}
 	for _, m := range ms {
@@ -226,20 +239,31 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string) (binds []string,
 			mounts = append(mounts, mt)
 			continue
 		}
-		if strings.Contains(m.GetHostPath(), ":") || strings.Contains(dst, ":") {
-			if m.GetSelinuxRelabel() {
-				return nil, nil, invalidArgf("mount %q -> %q: SELinux relabeling needs Docker's bind syntax, which cannot hold a ':' in a path", m.GetHostPath(), dst)
+		nonRecursiveRO := m.GetReadonly() && readOnlyNeedsNonRecursive(apiVersion)
+		colon := strings.Contains(m.GetHostPath(), ":") || strings.Contains(dst, ":")
+		if colon && m.GetSelinuxRelabel() {
+			return nil, nil, invalidArgf("mount %q -> %q: SELinux relabeling needs Docker's bind syntax, which cannot hold a ':' in a path", m.GetHostPath(), dst)
+		}
+		// Docker's mount API has no SELinux relabel: a read-only mount that
+		// asks for one keeps the bind syntax, which Docker 25+ makes
+		// recursively read-only. kubelet asks for relabeling (on SELinux
+		// nodes only) for the volumes it manages itself (secrets, config
+		// maps, projected, empty dirs), which have no submounts, so the
+		// difference does not show; refusing would break them all.
+		if colon || (nonRecursiveRO && !m.GetSelinuxRelabel()) {
+			bo := &mount.BindOptions{Propagation: propagation, ReadOnlyNonRecursive: nonRecursiveRO}
+			if !colon {
+				// As a bind does: a missing host path becomes a
+				// directory (API 1.42+, so always there with 1.44).
+				bo.CreateMountpoint = true
 			}
-			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.GetHostPath(), Target: dst, ReadOnly: m.GetReadonly(),
-				BindOptions: &mount.BindOptions{Propagation: propagation}})
+			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.GetHostPath(), Target: dst, ReadOnly: m.GetReadonly(), BindOptions: bo})
 			continue
 		}
 		var opts []string
 		if m.GetReadonly() {
-			// Under API 1.41 (Docker < 25) "ro" applies to the top mount
-			// only: submounts under the host path stay writable. That is
-			// what kubelet expects when it has not asked for recursive
-			// read-only.
+			// Below API 1.44 (Docker < 25) "ro" applies to the top mount
+			// only: submounts under the host path stay writable.
 			opts = append(opts, "ro")
 		}
 		if m.GetSelinuxRelabel() {
@@ -272,7 +296,7 @@ func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.P
 	if propagation != "" {
 		return mount.Mount{}, invalidArgf("mount %s: recursive read-only needs private propagation", dst)
 	}
-	if apiVersion == "" || versions.LessThan(apiVersion, minRecursiveReadOnlyAPI) {
+	if !apiAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
 		return mount.Mount{}, invalidArgf("mount %s: recursive read-only mounts need Docker API %s or later (Docker 25); this engine speaks %s", dst, minRecursiveReadOnlyAPI, apiVersion)
 	}
 	if m.GetSelinuxRelabel() {
@@ -282,31 +306,52 @@ func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.P
 		BindOptions: &mount.BindOptions{ReadOnlyForceRecursive: true, CreateMountpoint: true}}, nil
 }
 
+// apiAtLeast reports whether the negotiated API version is want or newer.
+// An unknown version ("") counts as old: a newer field sent to an older
+// engine is ignored, or refused, rather than obeyed.
+func apiAtLeast(apiVersion, want string) bool {
+	return apiVersion != "" && !versions.LessThan(apiVersion, want)
+}
+
+// readOnlyNeedsNonRecursive reports whether a read-only bind must ask for
+// non-recursive read-only explicitly on this API version.
+func readOnlyNeedsNonRecursive(apiVersion string) bool {
+	return apiAtLeast(apiVersion, minReadOnlyNonRecursiveAPI)
+}
+
 // sandboxFileBinds bind-mounts the sandbox's resolv.conf and hosts into the
 // container, as dockershim did, so that every container of a pod sees the
 // files Docker wrote for the sandbox from the pod's DNS config. This
 // matters with host networking, where Docker would otherwise give the
 // container a copy of the node's. A file the config mounts itself (kubelet
 // manages /etc/hosts of pods on the pod network) is left to that mount.
-func sandboxFileBinds(ms []*runtimeapi.Mount, in containerDockerInput, readonlyRootfs bool) []string {
+// Read-only files are mounts with ReadOnlyNonRecursive where the API has
+// it, like every read-only bind netshim makes (a file has no submounts,
+// but one rule for all keeps what Docker is asked for predictable).
+func sandboxFileBinds(ms []*runtimeapi.Mount, in containerDockerInput, readonlyRootfs bool) (binds []string, mounts []mount.Mount) {
 	mounted := map[string]bool{}
 	for _, m := range ms {
 		mounted[filepath.Clean(m.GetContainerPath())] = true
 	}
-	var binds []string
 	for _, f := range [][2]string{{etcResolvConf, in.resolvConfPath}, {etcHosts, in.hostsPath}} {
 		dst, src := f[0], f[1]
 		if src == "" || mounted[dst] {
 			continue
 		}
-		b := src + ":" + dst
-		if readonlyRootfs {
+		switch {
+		case readonlyRootfs && readOnlyNeedsNonRecursive(in.apiVersion):
+			// No CreateMountpoint: Docker made the file; if it is gone, a
+			// directory in its place would be wrong.
+			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: dst, ReadOnly: true,
+				BindOptions: &mount.BindOptions{ReadOnlyNonRecursive: true}})
+		case readonlyRootfs:
 			// As Docker does for its own copies of these files.
-			b += ":ro"
+			binds = append(binds, src+":"+dst+":ro")
+		default:
+			binds = append(binds, src+":"+dst)
 		}
-		binds = append(binds, b)
 	}
-	return binds
+	return binds, mounts
 }
 
 // setResources maps CRI resources to Docker's. oom_score_adj goes through
