@@ -308,9 +308,7 @@ func TestCreateContainerRecursiveReadOnly(t *testing.T) {
 	})
 	t.Run("forced recursive with API 1.44", func(t *testing.T) {
 		e := newPodEnv(t)
-		e.docker.mu.Lock()
-		e.docker.extras().apiVersion = "1.44"
-		e.docker.mu.Unlock()
+		e.useEngineAPI("1.44")
 		_, hc := e.createInspect(t, rro())
 		if len(hc.Mounts) != 1 || !hc.Mounts[0].ReadOnly || hc.Mounts[0].BindOptions == nil || !hc.Mounts[0].BindOptions.ReadOnlyForceRecursive {
 			t.Errorf("mounts = %+v", hc.Mounts)

@@ -84,13 +84,17 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err != nil {
 		return nil, err
 	}
+	apiVersion, err := ds.dockerAPIVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
 	in := containerDockerInput{
 		cfg:        cfg,
 		labels:     labels,
 		sandboxID:  sb.ID,
 		sandboxNS:  sbInfo.nsOptions,
 		pidTarget:  pidTarget,
-		apiVersion: ds.client.ClientVersion(),
+		apiVersion: apiVersion,
 	}
 	if sbc.ContainerJSONBase != nil {
 		in.resolvConfPath, in.hostsPath = sbc.ResolvConfPath, sbc.HostsPath

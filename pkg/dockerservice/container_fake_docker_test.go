@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/versions"
 	"github.com/docker/docker/pkg/stdcopy"
 )
 
@@ -46,7 +47,9 @@ type fakeLogEntry struct {
 }
 
 type fakeContainerExtras struct {
-	apiVersion string
+	// apiVersion is the engine's API version, which Ping reports;
+	// clientVersion is the client's once negotiated ("" before).
+	apiVersion, clientVersion string
 	// onExec decides what an exec does; nil prints nothing and exits 0.
 	onExec    func(cmd []string) fakeExecBehavior
 	execs     map[string]*fakeExec
@@ -67,10 +70,33 @@ func (f *fakeDocker) extras() *fakeContainerExtras {
 	return f.cx
 }
 
+// fakeClientMaxAPI is the client's newest API version, which it says
+// until negotiated, as the real client does.
+const fakeClientMaxAPI = "1.51"
+
 func (f *fakeDocker) ClientVersion() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.extras().apiVersion
+	if v := f.extras().clientVersion; v != "" {
+		return v
+	}
+	return fakeClientMaxAPI
+}
+
+// NegotiateAPIVersionPing lowers the client's version to the engine's.
+func (f *fakeDocker) NegotiateAPIVersionPing(p types.Ping) {
+	f.record("NegotiateAPIVersionPing " + p.APIVersion)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// Like the real client: only ever lowered.
+	v := f.extras().clientVersion
+	if v == "" {
+		v = fakeClientMaxAPI
+	}
+	if p.APIVersion != "" && versions.LessThan(p.APIVersion, v) {
+		v = p.APIVersion
+	}
+	f.extras().clientVersion = v
 }
 
 func (f *fakeDocker) ContainerUpdate(_ context.Context, id string, u container.UpdateConfig) (container.UpdateResponse, error) {

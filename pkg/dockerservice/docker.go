@@ -2,6 +2,7 @@ package dockerservice
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/docker/docker/api/types"
@@ -10,9 +11,14 @@ import (
 	"github.com/docker/docker/api/types/image"
 	dnetwork "github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/api/types/versions"
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"k8s.io/klog/v2"
 )
+
+// minDockerAPI is the oldest Docker API netshim is made for (Docker 20.10).
+const minDockerAPI = "1.41"
 
 // DockerClient is the part of the Docker API netshim uses. It is cut here so
 // unit tests can run against a fake; *client.Client satisfies it.
@@ -38,9 +44,12 @@ type DockerClient interface {
 	ContainerExecCreate(ctx context.Context, container string, options container.ExecOptions) (container.ExecCreateResponse, error)
 	ContainerExecAttach(ctx context.Context, execID string, options container.ExecAttachOptions) (types.HijackedResponse, error)
 	ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error)
-	// ClientVersion is the negotiated API version: some mount options
-	// exist only from API 1.44 on.
+	// ClientVersion is the API version requests are sent with: the
+	// client's newest until negotiated, so read it through
+	// DockerService.dockerAPIVersion only.
 	ClientVersion() string
+	// NegotiateAPIVersionPing lowers ClientVersion to the engine's.
+	NegotiateAPIVersionPing(types.Ping)
 
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
 }
@@ -52,4 +61,49 @@ var _ DockerClient = (*client.Client)(nil)
 // so netshim works with any engine from API 1.41 (Docker 20.10) on.
 func NewDockerClient(endpoint string) (*client.Client, error) {
 	return client.NewClientWithOpts(client.WithHost(endpoint), client.WithAPIVersionNegotiation())
+}
+
+// Docker reads a request by the API version in its path: from 1.44 a
+// read-only bind is recursively read-only unless told otherwise, and a
+// field newer than that version is ignored or refused. So what netshim
+// asks for depends on the version the client sends, which is the client's
+// newest (1.51) until the first request negotiates it down to the
+// engine's; before that, or if that first ping failed, ClientVersion()
+// says a version the engine may not speak. netshim therefore negotiates
+// itself, once when the events stream first connects (and again on each
+// reconnect: the engine may have been replaced by an older one), or at the
+// first request that needs the version, and keeps the answer.
+
+// negotiateAPIVersion pings the engine, lowers the client's API version
+// to the engine's, and records the result.
+func (ds *DockerService) negotiateAPIVersion(ctx context.Context) (string, error) {
+	ping, err := ds.client.Ping(ctx)
+	if err != nil {
+		return "", fmt.Errorf("negotiating the Docker API version: %w", err)
+	}
+	ds.client.NegotiateAPIVersionPing(ping)
+	v := ds.client.ClientVersion()
+	ds.mu.Lock()
+	changed := ds.apiVersion != v
+	ds.apiVersion = v
+	ds.mu.Unlock()
+	if changed {
+		klog.InfoS("Docker API version negotiated", "apiVersion", v, "engineAPIVersion", ping.APIVersion)
+		if versions.LessThan(v, minDockerAPI) {
+			klog.InfoS("WARNING: the Docker engine is older than netshim supports; some requests may fail", "apiVersion", v, "minimum", minDockerAPI)
+		}
+	}
+	return v, nil
+}
+
+// dockerAPIVersion is the negotiated API version, negotiating it if that
+// has not been done yet.
+func (ds *DockerService) dockerAPIVersion(ctx context.Context) (string, error) {
+	ds.mu.Lock()
+	v := ds.apiVersion
+	ds.mu.Unlock()
+	if v != "" {
+		return v, nil
+	}
+	return ds.negotiateAPIVersion(ctx)
 }

@@ -117,7 +117,9 @@ func notFound(what string) error {
 
 func (f *fakeDocker) Ping(context.Context) (types.Ping, error) {
 	f.record("Ping")
-	return types.Ping{}, f.pingErr
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return types.Ping{APIVersion: f.extras().apiVersion}, f.pingErr
 }
 
 func (f *fakeDocker) ServerVersion(context.Context) (types.Version, error) {

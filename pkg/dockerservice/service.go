@@ -97,6 +97,8 @@ type DockerService struct {
 	// dockerVersion is the engine's version, read when the events stream
 	// connects.
 	dockerVersion string
+	// apiVersion is the negotiated Docker API version (docker.go).
+	apiVersion string
 	// startupTearDown starts the teardown retry of dead sandboxes after
 	// the first index sync (sandbox_teardown_retry.go).
 	startupTearDown sync.Once

@@ -65,6 +65,11 @@ func (ds *DockerService) beforeIndexSynced(ctx context.Context) {
 // has synced the index; ctx ends with that stream.
 func (ds *DockerService) onIndexSync(ctx context.Context) {
 	ds.refreshVersion(ctx)
+	nctx, cancel := context.WithTimeout(ctx, versionTimeout)
+	defer cancel()
+	if _, err := ds.negotiateAPIVersion(nctx); err != nil {
+		klog.ErrorS(err, "Failed to negotiate the Docker API version; the next container create retries")
+	}
 }
 
 // createOwned creates a container through the index, which records it
