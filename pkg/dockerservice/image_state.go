@@ -4,37 +4,47 @@ import (
 	"sync"
 )
 
-// imageState is what the ImageService keeps between calls: the users of
-// images by ID (for ListImages) and the image filesystem usage cache.
+// imageState is what the ImageService keeps between calls: what
+// ListImages needs of images beyond Docker's list, by ID, and the image
+// filesystem usage cache.
 type imageState struct {
 	users userCache
 	fs    fsUsageCache
 }
 
-func (ds *DockerService) imageState() *imageState { return &ds.images }
-
-// userCache remembers the configured User of images by ID. An image's
-// config never changes under the same ID, so an entry is valid as long as
-// the image exists; entries of images no longer listed are dropped.
-type userCache struct {
-	mu    sync.Mutex
-	users map[string]string
+// cachedImage is what ImageInspect tells of an image that ImageList does
+// not, or tells differently: the configured User, and the size the CRI
+// reports (see imageSize).
+type cachedImage struct {
+	user string
+	size int64
 }
 
-func (c *userCache) get(id string) (string, bool) {
+func (ds *DockerService) imageState() *imageState { return &ds.images }
+
+// userCache remembers the configured User and the size of images by ID.
+// An image's config never changes under the same ID, nor do its layers
+// for the node's platform, so an entry is valid as long as the image
+// exists; entries of images no longer listed are dropped.
+type userCache struct {
+	mu    sync.Mutex
+	users map[string]cachedImage
+}
+
+func (c *userCache) get(id string) (cachedImage, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	u, ok := c.users[id]
 	return u, ok
 }
 
-func (c *userCache) put(id, user string) {
+func (c *userCache) put(id string, img cachedImage) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.users == nil {
-		c.users = map[string]string{}
+		c.users = map[string]cachedImage{}
 	}
-	c.users[id] = user
+	c.users[id] = img
 }
 
 // retain drops the entries whose ID is not in live.

@@ -28,10 +28,11 @@ func (ds *DockerService) ImageStatus(ctx context.Context, req *runtimeapi.ImageS
 	if err != nil {
 		return nil, fmt.Errorf("inspecting image %s: %w", ref, err)
 	}
-	ds.imageState().users.put(ins.ID, configUser(ins))
+	info := cachedImage{user: configUser(ins), size: ins.Size}
+	ds.imageState().users.put(ins.ID, info)
 	tags, digests := repoRefs(ins.RepoTags, ins.RepoDigests)
 	resp := &runtimeapi.ImageStatusResponse{
-		Image: ds.criImage(ins.ID, tags, digests, ins.Size, configUser(ins)),
+		Image: ds.criImage(ins.ID, tags, digests, info),
 	}
 	if req.GetVerbose() {
 		data, err := json.Marshal(ins)
@@ -46,7 +47,16 @@ func (ds *DockerService) ImageStatus(ctx context.Context, req *runtimeapi.ImageS
 // ListImages lists Docker's images (not the intermediate ones), filtered
 // by the image spec of the filter if any (see imageMatcher). One ImageList
 // call, plus one ImageInspect per image not seen before (for its User,
-// which the list lacks; it is cached by ID).
+// which the list lacks, and its size; both are cached by ID).
+//
+// Sizes come from ImageInspect, not from the list, so that ListImages and
+// ImageStatus agree on every engine. With Docker's graph drivers (Docker
+// 20.10–28 by default) both say the same: the unpacked layers. With the
+// containerd image store (Docker 29's default) the image keeps its
+// compressed blobs beside the unpacked snapshots; inspect gives the two
+// for the node's platform, which is what removing the image frees for
+// kubelet's image GC, while the list adds up every platform variant
+// present and would count content the node never runs.
 func (ds *DockerService) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
 	match, err := imageMatcher(req.GetFilter().GetImage().GetImage())
 	if err != nil {
@@ -56,16 +66,16 @@ func (ds *DockerService) ListImages(ctx context.Context, req *runtimeapi.ListIma
 	if err != nil {
 		return nil, fmt.Errorf("listing images: %w", err)
 	}
-	users := &ds.imageState().users
+	cache := &ds.imageState().users
 	live := make(map[string]bool, len(summaries))
 	resp := &runtimeapi.ListImagesResponse{}
-	for _, s := range summaries {
+	for _, s := range mergeSummaries(summaries) {
 		live[s.ID] = true
 		tags, digests := repoRefs(s.RepoTags, s.RepoDigests)
 		if !match(s.ID, tags, digests) {
 			continue
 		}
-		user, ok := users.get(s.ID)
+		info, ok := cache.get(s.ID)
 		if !ok {
 			ins, err := ds.client.ImageInspect(ctx, s.ID)
 			if errdefs.IsNotFound(err) {
@@ -74,19 +84,51 @@ func (ds *DockerService) ListImages(ctx context.Context, req *runtimeapi.ListIma
 			if err != nil {
 				return nil, fmt.Errorf("inspecting image %s: %w", s.ID, err)
 			}
-			user = configUser(ins)
-			users.put(s.ID, user)
+			info = cachedImage{user: configUser(ins), size: ins.Size}
+			cache.put(s.ID, info)
 		}
-		resp.Images = append(resp.Images, ds.criImage(s.ID, tags, digests, s.Size, user))
+		resp.Images = append(resp.Images, ds.criImage(s.ID, tags, digests, info))
 	}
-	users.retain(live)
+	cache.retain(live)
 	return resp, nil
+}
+
+// mergeSummaries gives one summary per image ID, with the references of
+// all that had it, in the engine's order. Both image stores list an image
+// once today (the containerd one merges its per-name records by target
+// itself), but kubelet keys its image records by ID and would count a
+// duplicate's size twice in its GC, so a duplicate is merged rather than
+// passed on.
+func mergeSummaries(in []image.Summary) []image.Summary {
+	out := make([]image.Summary, 0, len(in))
+	at := make(map[string]int, len(in))
+	for _, s := range in {
+		i, ok := at[s.ID]
+		if !ok {
+			at[s.ID] = len(out)
+			out = append(out, s)
+			continue
+		}
+		m := &out[i]
+		m.RepoTags = appendMissing(slices.Clone(m.RepoTags), s.RepoTags...)
+		m.RepoDigests = appendMissing(slices.Clone(m.RepoDigests), s.RepoDigests...)
+	}
+	return out
+}
+
+func appendMissing(dst []string, add ...string) []string {
+	for _, a := range add {
+		if !slices.Contains(dst, a) {
+			dst = append(dst, a)
+		}
+	}
+	return dst
 }
 
 // criImage builds the CRI image. Its spec is its ID, so the status is the
 // same whichever reference it was asked by. The pod infra image is pinned:
 // kubelet's image garbage collection never removes a pinned image.
-func (ds *DockerService) criImage(id string, tags, digests []string, size int64, user string) *runtimeapi.Image {
+func (ds *DockerService) criImage(id string, tags, digests []string, info cachedImage) *runtimeapi.Image {
 	img := &runtimeapi.Image{
 		Id:          id,
 		RepoTags:    tags,
@@ -94,10 +136,10 @@ func (ds *DockerService) criImage(id string, tags, digests []string, size int64,
 		Spec:        &runtimeapi.ImageSpec{Image: id},
 		Pinned:      ds.isPodInfraImage(tags, digests),
 	}
-	if size > 0 {
-		img.Size = uint64(size)
+	if info.size > 0 {
+		img.Size = uint64(info.size)
 	}
-	uid, username := imageUser(user)
+	uid, username := imageUser(info.user)
 	if uid != nil {
 		img.Uid = &runtimeapi.Int64Value{Value: *uid}
 	}
