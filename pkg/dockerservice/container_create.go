@@ -3,9 +3,9 @@ package dockerservice
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/image"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -192,21 +192,20 @@ func (ds *DockerService) nameConflict(ctx context.Context, name string, err erro
 
 // imageRef is what the CRI calls the image ref: the repo digest of the
 // requested repository when the image has one (what a pull by digest
-// would use), else its ID.
+// would use), else its first repo digest, else its ID. Digests are
+// normalised as ListImages gives them: Docker reports familiar names
+// ("busybox@sha256:…"), whichever name the image was asked by.
 func imageRef(img image.InspectResponse, requested string) string {
-	repo := requested
-	if i := strings.IndexAny(repo, "@"); i >= 0 {
-		repo = repo[:i]
-	} else if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
-		repo = repo[:i]
-	}
-	for _, d := range img.RepoDigests {
-		if strings.HasPrefix(d, repo+"@") {
-			return d
+	_, digests := repoRefs(nil, img.RepoDigests)
+	if named, err := reference.ParseNormalizedNamed(requested); err == nil && !isImageID(requested) {
+		for _, d := range digests {
+			if n, err := reference.ParseNormalizedNamed(d); err == nil && n.Name() == named.Name() {
+				return d
+			}
 		}
 	}
-	if len(img.RepoDigests) > 0 {
-		return img.RepoDigests[0]
+	if len(digests) > 0 {
+		return digests[0]
 	}
 	return img.ID
 }

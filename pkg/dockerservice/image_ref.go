@@ -86,6 +86,18 @@ func normalizeRepoRef(s string) string {
 
 // repoRefs returns Docker's RepoTags and RepoDigests normalised, without
 // the "<none>:<none>" / "<none>@<none>" placeholders older engines report.
+//
+// Both image stores report familiar names ("busybox:1.36"; Docker 29's
+// containerd store too, though it keeps "docker.io/library/busybox:1.36"
+// inside), and either may be asked for by either form. The CRI answer is
+// the fully qualified form on every engine, as containerd's and CRI-O's
+// CRI give it, so kubelet, crictl and the scheduler see one name per image
+// whichever engine or runtime a node has. kubelet itself does not match
+// pod images against these names: its image manager asks ImageStatus for
+// the pod's image and keeps the ID; only node status (the scheduler's
+// image locality) and the recovery of interrupted pull records compare
+// names as strings, and there a short name misses a fully qualified one as
+// it does on containerd nodes.
 func repoRefs(tags, digests []string) (outTags, outDigests []string) {
 	for _, t := range tags {
 		if t == "<none>:<none>" {
