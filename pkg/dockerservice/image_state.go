@@ -12,20 +12,24 @@ type imageState struct {
 	fs    fsUsageCache
 }
 
-// cachedImage is what ImageInspect tells of an image that ImageList does
-// not, or tells differently: the configured User, and the size the CRI
-// reports (see imageSize).
+// cachedImage is what ImageInspect told of an image that ImageList does
+// not, or tells differently (see ListImages): the configured User, the
+// size, and the normalised references. listed is the references the list
+// showed when the image was inspected: while the list still shows them,
+// the inspect's are still current.
 type cachedImage struct {
-	user string
-	size int64
+	user          string
+	size          int64
+	tags, digests []string
+	listed        string
 }
 
 func (ds *DockerService) imageState() *imageState { return &ds.images }
 
-// userCache remembers the configured User and the size of images by ID.
-// An image's config never changes under the same ID, nor do its layers
-// for the node's platform, so an entry is valid as long as the image
-// exists; entries of images no longer listed are dropped.
+// userCache remembers what ImageInspect said of images, by ID. An image's
+// config never changes under the same ID, nor do its layers for the
+// node's platform; its references do, and the list shows when (see
+// cachedImage.listed). Entries of images no longer listed are dropped.
 type userCache struct {
 	mu    sync.Mutex
 	users map[string]cachedImage

@@ -28,11 +28,8 @@ func (ds *DockerService) ImageStatus(ctx context.Context, req *runtimeapi.ImageS
 	if err != nil {
 		return nil, fmt.Errorf("inspecting image %s: %w", ref, err)
 	}
-	info := cachedImage{user: configUser(ins), size: ins.Size}
-	ds.imageState().users.put(ins.ID, info)
-	tags, digests := repoRefs(ins.RepoTags, ins.RepoDigests)
 	resp := &runtimeapi.ImageStatusResponse{
-		Image: ds.criImage(ins.ID, tags, digests, info),
+		Image: ds.criImage(ins.ID, inspectedImage(ins, "")),
 	}
 	if req.GetVerbose() {
 		data, err := json.Marshal(ins)
@@ -46,17 +43,24 @@ func (ds *DockerService) ImageStatus(ctx context.Context, req *runtimeapi.ImageS
 
 // ListImages lists Docker's images (not the intermediate ones), filtered
 // by the image spec of the filter if any (see imageMatcher). One ImageList
-// call, plus one ImageInspect per image not seen before (for its User,
-// which the list lacks, and its size; both are cached by ID).
+// call, plus one ImageInspect per image not seen before or whose
+// references changed since (cached by ID).
 //
-// Sizes come from ImageInspect, not from the list, so that ListImages and
-// ImageStatus agree on every engine. With Docker's graph drivers (Docker
-// 20.10–28 by default) both say the same: the unpacked layers. With the
-// containerd image store (Docker 29's default) the image keeps its
-// compressed blobs beside the unpacked snapshots; inspect gives the two
-// for the node's platform, which is what removing the image frees for
-// kubelet's image GC, while the list adds up every platform variant
-// present and would count content the node never runs.
+// The answer for each image is ImageInspect's, as ImageStatus gives it;
+// the list only says which images exist and when to look again. Both
+// agree on Docker's graph drivers (Docker 20.10–28 by default), not on
+// the containerd image store (Docker 29's default):
+//   - the list names one repo digest per image (that of one of its names)
+//     where inspect names one per name (recorded: an image tagged
+//     netshim.local/busybox and localhost:5000/netshim/busybox lists only
+//     the first's digest);
+//   - sizes: the store keeps compressed blobs beside the unpacked
+//     snapshots. Inspect gives the two for the node's platform, which is
+//     what removing the image frees for kubelet's image GC; the list adds
+//     up every platform variant present. (Graph drivers keep no blobs:
+//     their size is the unpacked layers, so the same image reads bigger
+//     on Docker 29, e.g. 1982365 bytes on 20.10, 1069680 + 2011136 on 29.)
+//   - the User, which the list lacks on either.
 func (ds *DockerService) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
 	match, err := imageMatcher(req.GetFilter().GetImage().GetImage())
 	if err != nil {
@@ -71,12 +75,9 @@ func (ds *DockerService) ListImages(ctx context.Context, req *runtimeapi.ListIma
 	resp := &runtimeapi.ListImagesResponse{}
 	for _, s := range mergeSummaries(summaries) {
 		live[s.ID] = true
-		tags, digests := repoRefs(s.RepoTags, s.RepoDigests)
-		if !match(s.ID, tags, digests) {
-			continue
-		}
+		listed := strings.Join(s.RepoTags, ",") + "@" + strings.Join(s.RepoDigests, ",")
 		info, ok := cache.get(s.ID)
-		if !ok {
+		if !ok || info.listed != listed {
 			ins, err := ds.client.ImageInspect(ctx, s.ID)
 			if errdefs.IsNotFound(err) {
 				continue // removed since the list
@@ -84,10 +85,13 @@ func (ds *DockerService) ListImages(ctx context.Context, req *runtimeapi.ListIma
 			if err != nil {
 				return nil, fmt.Errorf("inspecting image %s: %w", s.ID, err)
 			}
-			info = cachedImage{user: configUser(ins), size: ins.Size}
+			info = inspectedImage(ins, listed)
 			cache.put(s.ID, info)
 		}
-		resp.Images = append(resp.Images, ds.criImage(s.ID, tags, digests, info))
+		if !match(s.ID, info.tags, info.digests) {
+			continue
+		}
+		resp.Images = append(resp.Images, ds.criImage(s.ID, info))
 	}
 	cache.retain(live)
 	return resp, nil
@@ -125,16 +129,22 @@ func appendMissing(dst []string, add ...string) []string {
 	return dst
 }
 
+// inspectedImage is what the CRI image is made of, from an inspect.
+func inspectedImage(ins image.InspectResponse, listed string) cachedImage {
+	tags, digests := repoRefs(ins.RepoTags, ins.RepoDigests)
+	return cachedImage{user: configUser(ins), size: ins.Size, tags: tags, digests: digests, listed: listed}
+}
+
 // criImage builds the CRI image. Its spec is its ID, so the status is the
 // same whichever reference it was asked by. The pod infra image is pinned:
 // kubelet's image garbage collection never removes a pinned image.
-func (ds *DockerService) criImage(id string, tags, digests []string, info cachedImage) *runtimeapi.Image {
+func (ds *DockerService) criImage(id string, info cachedImage) *runtimeapi.Image {
 	img := &runtimeapi.Image{
 		Id:          id,
-		RepoTags:    tags,
-		RepoDigests: digests,
+		RepoTags:    info.tags,
+		RepoDigests: info.digests,
 		Spec:        &runtimeapi.ImageSpec{Image: id},
-		Pinned:      ds.isPodInfraImage(tags, digests),
+		Pinned:      ds.isPodInfraImage(info.tags, info.digests),
 	}
 	if info.size > 0 {
 		img.Size = uint64(info.size)

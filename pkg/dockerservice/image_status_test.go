@@ -21,90 +21,62 @@ import (
 	"github.com/netshim/netshim/pkg/network"
 )
 
-// The same three images as two engines answer for them: Docker 20.10
-// (API 1.41, overlay2 graph driver) and Docker 29 (negotiated API 1.51,
-// containerd image store). pause and netshim.local/busybox are imported
-// locally (hack/images.sh); busybox:1.36 was pulled by its short name
-// from a registry whose index has two platforms, on Docker 29 both
-// pulled (`--platform`); 127.0.0.1:5000/netshim/app:1 was pulled from
-// the local registry.
+// Recorded answers of two engines for the same three names (the raw
+// JSON of GET /images/json and GET /images/{name}/json, recorded by the
+// d29engine work in _prompts/docker29-images.json; the 20.10 list is
+// trimmed to these images): Docker 20.10.24 (API 1.41, overlay2) and
+// Docker 29.0.0 (moby v2.0.0-beta.24, containerd image store). pause and
+// netshim.local/busybox were imported locally (hack/images.sh); the
+// busybox was pushed from Docker 29 to a registry on localhost:5000 and
+// pulled back by both engines.
 //
 // What differs, in the engines' own words:
-//   - ID: the config digest on 20.10, the manifest (or index) digest on 29;
-//   - RepoDigests: none for an imported image on 20.10; name@<manifest
-//     digest> for every name on 29;
-//   - Size: the unpacked layers on 20.10 (list and inspect alike); on 29
-//     compressed content plus unpacked snapshots, in the list summed over
-//     every platform present, in inspect for the node's platform only;
-//   - RepoTags: familiar names on both ("busybox:1.36").
-
-const (
-	d20PauseID   = "sha256:873ed75102791e5b0b8a7fcd41606c92fcec98d56d05ead4ac5131650004c136"
-	d20BusyboxID = "sha256:8135583d97feb82398909c9c97607159e6db2c4ca2c885c0b8f590ee0f9fe90d"
-	d20Hub136ID  = "sha256:3f57d9401f8d42f986df300f0c69192fc41da28ccc8d797829467780db3dd741"
-	d20AppID     = "sha256:a416a98b71e224a31ee99cff8e16063554498227d2b696152a9c3e0aa65e5824"
-
-	d29PauseID   = "sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a"
-	d29BusyboxID = "sha256:1ac6a7d4d5c4e8a9ebcbcd6f4e0a3e6c4d77b7a3f3a2d0c1b9e8f7a6b5c4d3e2"
-	// The index of busybox:1.36, the same digest on both engines.
-	hub136Index = "sha256:7c3c3cea5d4d6133d6a694d23382f6a7b32652f23855abdba3eb039ca5995447"
-	// The manifest of 127.0.0.1:5000/netshim/app:1, the same on both.
-	appManifest = "sha256:5e9e7a3d2d1b6b3a9f4f0d9c2c6a1f7e8b5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b"
-)
+//   - ID: the config digest on 20.10, the manifest digest on 29; on 29 the
+//     imported busybox and the one pulled from the registry are one image
+//     with two names, on 20.10 two images;
+//   - RepoDigests: none for an imported image on 20.10, name@<manifest
+//     digest> on 29 -- and on 29 the list names the digest of one name
+//     only, where inspect names one per name;
+//   - Size: the unpacked layers on 20.10; compressed content plus unpacked
+//     snapshot on 29 (1069680 + 2011136 for the busybox);
+//   - RepoTags: familiar names on both.
 
 const docker20ImageList = `[
- {"Containers":-1,"Created":1763900000,"Id":"` + d20PauseID + `","Labels":{"netshim.image.key":"p1"},"ParentId":"",
-  "RepoDigests":null,"RepoTags":["registry.k8s.io/pause:3.10"],"SharedSize":-1,"Size":742080,"VirtualSize":742080},
- {"Containers":-1,"Created":1763900001,"Id":"` + d20BusyboxID + `","Labels":{"netshim.image.key":"b1"},"ParentId":"",
-  "RepoDigests":null,"RepoTags":["netshim.local/busybox:latest"],"SharedSize":-1,"Size":2214432,"VirtualSize":2214432},
- {"Containers":-1,"Created":1683590400,"Id":"` + d20Hub136ID + `","Labels":null,"ParentId":"",
-  "RepoDigests":["busybox@` + hub136Index + `"],"RepoTags":["busybox:1.36"],"SharedSize":-1,"Size":4261550,"VirtualSize":4261550},
- {"Containers":-1,"Created":1763900100,"Id":"` + d20AppID + `","Labels":null,"ParentId":"",
-  "RepoDigests":["127.0.0.1:5000/netshim/app@` + appManifest + `"],"RepoTags":["127.0.0.1:5000/netshim/app:1"],"SharedSize":-1,"Size":2214432,"VirtualSize":2214432}
+{"Containers":-1,"Created":1795514801,"Id":"sha256:8072f9ca6963fa1435a875cdfd3cedebc5a0c4a8d5afc521b0ef9a9e9081f5be","Labels":{"io.netshim.content-sha256":"0233a6e914ef5678b51542836dae136bfb601cdc19cff6fcdeb9851c12458aa9"},"ParentId":"","RepoDigests":["localhost:5000/netshim/busybox@sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0"],"RepoTags":["localhost:5000/netshim/busybox:registry"],"SharedSize":-1,"Size":1982365,"VirtualSize":1982365},
+{"Containers":-1,"Created":1795509935,"Id":"sha256:fc6c3b131fd299f93d87a6d9588aad2b9a9b7b6d6ef5dbba2fd024d495333602","Labels":{"io.netshim.content-sha256":"cc7ea9a9bf55e54c39e497fe770106cfffd1a0a4b4fea2a85f724c2ef90624fb"},"ParentId":"","RepoDigests":null,"RepoTags":["registry.k8s.io/pause:3.10"],"SharedSize":-1,"Size":682696,"VirtualSize":682696},
+{"Containers":-1,"Created":1795509935,"Id":"sha256:bfa38246f50d2f09014881d428aa1e2e2cece40ea17425226a77c42d06b9b99f","Labels":{"io.netshim.content-sha256":"0233a6e914ef5678b51542836dae136bfb601cdc19cff6fcdeb9851c12458aa9"},"ParentId":"","RepoDigests":null,"RepoTags":["netshim.local/busybox:latest"],"SharedSize":-1,"Size":1982365,"VirtualSize":1982365}
 ]`
 
-// Docker 20.10's inspect, trimmed to the fields netshim reads.
 const docker20ImageInspect = `[
- {"Id":"` + d20PauseID + `","RepoTags":["registry.k8s.io/pause:3.10"],"RepoDigests":[],"Size":742080,"VirtualSize":742080,
-  "Config":{"User":"65535:65535","Entrypoint":["/pause"]},"Architecture":"amd64","Os":"linux","GraphDriver":{"Name":"overlay2"}},
- {"Id":"` + d20BusyboxID + `","RepoTags":["netshim.local/busybox:latest"],"RepoDigests":[],"Size":2214432,"VirtualSize":2214432,
-  "Config":{"User":"","Cmd":["sh"]},"Architecture":"amd64","Os":"linux","GraphDriver":{"Name":"overlay2"}},
- {"Id":"` + d20Hub136ID + `","RepoTags":["busybox:1.36"],"RepoDigests":["busybox@` + hub136Index + `"],"Size":4261550,"VirtualSize":4261550,
-  "Config":{"User":"","Cmd":["sh"]},"Architecture":"amd64","Os":"linux","GraphDriver":{"Name":"overlay2"}},
- {"Id":"` + d20AppID + `","RepoTags":["127.0.0.1:5000/netshim/app:1"],"RepoDigests":["127.0.0.1:5000/netshim/app@` + appManifest + `"],"Size":2214432,"VirtualSize":2214432,
-  "Config":{"User":"1000"},"Architecture":"amd64","Os":"linux","GraphDriver":{"Name":"overlay2"}}
+{"Id":"sha256:fc6c3b131fd299f93d87a6d9588aad2b9a9b7b6d6ef5dbba2fd024d495333602","RepoTags":["registry.k8s.io/pause:3.10"],"RepoDigests":[],"Parent":"","Comment":"Imported from -","Created":"2026-11-24T08:45:35.170880494Z","Container":"","ContainerConfig":{"Hostname":"","Domainname":"","User":"","AttachStdin":false,"AttachStdout":false,"AttachStderr":false,"Tty":false,"OpenStdin":false,"StdinOnce":false,"Env":null,"Cmd":null,"Image":"","Volumes":null,"WorkingDir":"","Entrypoint":null,"OnBuild":null,"Labels":null},"DockerVersion":"20.10.24+dfsg1","Author":"","Config":{"Hostname":"","Domainname":"","User":"","AttachStdin":false,"AttachStdout":false,"AttachStderr":false,"Tty":false,"OpenStdin":false,"StdinOnce":false,"Env":null,"Cmd":null,"Image":"","Volumes":null,"WorkingDir":"","Entrypoint":["/pause"],"OnBuild":null,"Labels":{"io.netshim.content-sha256":"cc7ea9a9bf55e54c39e497fe770106cfffd1a0a4b4fea2a85f724c2ef90624fb"}},"Architecture":"amd64","Os":"linux","Size":682696,"VirtualSize":682696,"GraphDriver":{"Data":{"MergedDir":"/var/lib/docker/overlay2/19f603284ba7d46fede3cf80c42c30e758f39cf3ec07e098eb8a4da01b185588/merged","UpperDir":"/var/lib/docker/overlay2/19f603284ba7d46fede3cf80c42c30e758f39cf3ec07e098eb8a4da01b185588/diff","WorkDir":"/var/lib/docker/overlay2/19f603284ba7d46fede3cf80c42c30e758f39cf3ec07e098eb8a4da01b185588/work"},"Name":"overlay2"},"RootFS":{"Type":"layers","Layers":["sha256:f4826d99fd3961227fe946261f43abc6b41f4e2eb644b73a56b00c17c1189e1f"]},"Metadata":{"LastTagTime":"2026-11-24T08:45:35.17206388Z"}},
+{"Id":"sha256:bfa38246f50d2f09014881d428aa1e2e2cece40ea17425226a77c42d06b9b99f","RepoTags":["netshim.local/busybox:latest"],"RepoDigests":[],"Parent":"","Comment":"Imported from -","Created":"2026-11-24T08:45:35.499432482Z","Container":"","ContainerConfig":{"Hostname":"","Domainname":"","User":"","AttachStdin":false,"AttachStdout":false,"AttachStderr":false,"Tty":false,"OpenStdin":false,"StdinOnce":false,"Env":null,"Cmd":null,"Image":"","Volumes":null,"WorkingDir":"","Entrypoint":null,"OnBuild":null,"Labels":null},"DockerVersion":"20.10.24+dfsg1","Author":"","Config":{"Hostname":"","Domainname":"","User":"","AttachStdin":false,"AttachStdout":false,"AttachStderr":false,"Tty":false,"OpenStdin":false,"StdinOnce":false,"Env":null,"Cmd":["sh"],"Image":"","Volumes":null,"WorkingDir":"","Entrypoint":null,"OnBuild":null,"Labels":{"io.netshim.content-sha256":"0233a6e914ef5678b51542836dae136bfb601cdc19cff6fcdeb9851c12458aa9"}},"Architecture":"amd64","Os":"linux","Size":1982365,"VirtualSize":1982365,"GraphDriver":{"Data":{"MergedDir":"/var/lib/docker/overlay2/255f22a6c5401128fa37156a6fd4b23603e0a047b22d0aa5d3cfd8a24d1f797c/merged","UpperDir":"/var/lib/docker/overlay2/255f22a6c5401128fa37156a6fd4b23603e0a047b22d0aa5d3cfd8a24d1f797c/diff","WorkDir":"/var/lib/docker/overlay2/255f22a6c5401128fa37156a6fd4b23603e0a047b22d0aa5d3cfd8a24d1f797c/work"},"Name":"overlay2"},"RootFS":{"Type":"layers","Layers":["sha256:d219117dd9520e035076cd738869a5e78d6d0af794720b3f5d5c7ad2c6dbe98d"]},"Metadata":{"LastTagTime":"2026-11-24T08:45:35.500215417Z"}},
+{"Id":"sha256:8072f9ca6963fa1435a875cdfd3cedebc5a0c4a8d5afc521b0ef9a9e9081f5be","RepoTags":["localhost:5000/netshim/busybox:registry"],"RepoDigests":["localhost:5000/netshim/busybox@sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0"],"Parent":"","Comment":"Imported from -","Created":"2026-11-24T10:06:41.551067951Z","Container":"","ContainerConfig":{"Hostname":"","Domainname":"","User":"","AttachStdin":false,"AttachStdout":false,"AttachStderr":false,"Tty":false,"OpenStdin":false,"StdinOnce":false,"Env":null,"Cmd":null,"Image":"","Volumes":null,"WorkingDir":"","Entrypoint":null,"OnBuild":null,"Labels":null},"DockerVersion":"","Author":"","Config":{"Hostname":"","Domainname":"","User":"","AttachStdin":false,"AttachStdout":false,"AttachStderr":false,"Tty":false,"OpenStdin":false,"StdinOnce":false,"Env":null,"Cmd":["sh"],"Image":"","Volumes":null,"WorkingDir":"","Entrypoint":null,"OnBuild":null,"Labels":{"io.netshim.content-sha256":"0233a6e914ef5678b51542836dae136bfb601cdc19cff6fcdeb9851c12458aa9"}},"Architecture":"amd64","Os":"linux","Size":1982365,"VirtualSize":1982365,"GraphDriver":{"Data":{"MergedDir":"/var/lib/docker/overlay2/32caa61a4c5ec6dbec745d2f1bf0c176ceb53614026aee9eedfa553b5b32064c/merged","UpperDir":"/var/lib/docker/overlay2/32caa61a4c5ec6dbec745d2f1bf0c176ceb53614026aee9eedfa553b5b32064c/diff","WorkDir":"/var/lib/docker/overlay2/32caa61a4c5ec6dbec745d2f1bf0c176ceb53614026aee9eedfa553b5b32064c/work"},"Name":"overlay2"},"RootFS":{"Type":"layers","Layers":["sha256:1aeddb93eb099c789ce59816f420270df9a2d8adbd5147af4349c288ec3cb328"]},"Metadata":{"LastTagTime":"0001-01-01T00:00:00Z"}}
 ]`
 
 const docker29ImageList = `[
- {"Containers":1,"Created":1763900000,"Id":"` + d29PauseID + `","Labels":{"netshim.image.key":"p1"},"ParentId":"",
-  "Descriptor":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + d29PauseID + `","size":482},
-  "RepoDigests":["registry.k8s.io/pause@` + d29PauseID + `"],"RepoTags":["registry.k8s.io/pause:3.10"],"SharedSize":-1,"Size":1058816},
- {"Containers":0,"Created":1763900001,"Id":"` + d29BusyboxID + `","Labels":{"netshim.image.key":"b1"},"ParentId":"",
-  "Descriptor":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + d29BusyboxID + `","size":482},
-  "RepoDigests":["netshim.local/busybox@` + d29BusyboxID + `"],"RepoTags":["netshim.local/busybox:latest"],"SharedSize":-1,"Size":3256320},
- {"Containers":0,"Created":1683590400,"Id":"` + hub136Index + `","Labels":null,"ParentId":"",
-  "Descriptor":{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"` + hub136Index + `","size":9541},
-  "RepoDigests":["busybox@` + hub136Index + `"],"RepoTags":["busybox:1.36"],"SharedSize":-1,"Size":12607488},
- {"Containers":0,"Created":1763900100,"Id":"` + appManifest + `","Labels":null,"ParentId":"",
-  "Descriptor":{"mediaType":"application/vnd.docker.distribution.manifest.v2+json","digest":"` + appManifest + `","size":527},
-  "RepoDigests":["127.0.0.1:5000/netshim/app@` + appManifest + `"],"RepoTags":["127.0.0.1:5000/netshim/app:1"],"SharedSize":-1,"Size":3256320}
+{"Containers":0,"Created":1795514801,"Id":"sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0","Labels":{"io.netshim.content-sha256":"0233a6e914ef5678b51542836dae136bfb601cdc19cff6fcdeb9851c12458aa9"},"ParentId":"","Descriptor":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0","size":405},"RepoDigests":["netshim.local/busybox@sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0"],"RepoTags":["localhost:5000/netshim/busybox:registry","netshim.local/busybox:latest"],"SharedSize":-1,"Size":3080816},
+{"Containers":0,"Created":1795514801,"Id":"sha256:a27721e6a2c94284098943867bc01145a0189f1594a643b5886bd94bd24f5487","Labels":{"io.netshim.content-sha256":"cc7ea9a9bf55e54c39e497fe770106cfffd1a0a4b4fea2a85f724c2ef90624fb"},"ParentId":"","Descriptor":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:a27721e6a2c94284098943867bc01145a0189f1594a643b5886bd94bd24f5487","size":404},"RepoDigests":["registry.k8s.io/pause@sha256:a27721e6a2c94284098943867bc01145a0189f1594a643b5886bd94bd24f5487"],"RepoTags":["registry.k8s.io/pause:3.10"],"SharedSize":-1,"Size":1003165}
 ]`
 
-// Docker 29's inspect gives the size of the node's platform (linux/amd64).
 const docker29ImageInspect = `[
- {"Id":"` + d29PauseID + `","RepoTags":["registry.k8s.io/pause:3.10"],"RepoDigests":["registry.k8s.io/pause@` + d29PauseID + `"],"Size":1058816,
-  "Descriptor":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + d29PauseID + `","size":482},
-  "Config":{"User":"65535:65535","Entrypoint":["/pause"]},"Architecture":"amd64","Os":"linux","GraphDriver":{"Name":"overlayfs"}},
- {"Id":"` + d29BusyboxID + `","RepoTags":["netshim.local/busybox:latest"],"RepoDigests":["netshim.local/busybox@` + d29BusyboxID + `"],"Size":3256320,
-  "Descriptor":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + d29BusyboxID + `","size":482},
-  "Config":{"User":"","Cmd":["sh"]},"Architecture":"amd64","Os":"linux","GraphDriver":{"Name":"overlayfs"}},
- {"Id":"` + hub136Index + `","RepoTags":["busybox:1.36"],"RepoDigests":["busybox@` + hub136Index + `"],"Size":6418470,
-  "Descriptor":{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"` + hub136Index + `","size":9541},
-  "Config":{"User":"","Cmd":["sh"]},"Architecture":"amd64","Os":"linux","GraphDriver":{"Name":"overlayfs"}},
- {"Id":"` + appManifest + `","RepoTags":["127.0.0.1:5000/netshim/app:1"],"RepoDigests":["127.0.0.1:5000/netshim/app@` + appManifest + `"],"Size":3256320,
-  "Descriptor":{"mediaType":"application/vnd.docker.distribution.manifest.v2+json","digest":"` + appManifest + `","size":527},
-  "Config":{"User":"1000"},"Architecture":"amd64","Os":"linux","GraphDriver":{"Name":"overlayfs"}}
+{"Id":"sha256:a27721e6a2c94284098943867bc01145a0189f1594a643b5886bd94bd24f5487","RepoTags":["registry.k8s.io/pause:3.10"],"RepoDigests":["registry.k8s.io/pause@sha256:a27721e6a2c94284098943867bc01145a0189f1594a643b5886bd94bd24f5487"],"Comment":"Imported from -","Created":"2026-11-24T10:06:41.15980325Z","Config":{"Entrypoint":["/pause"],"Labels":{"io.netshim.content-sha256":"cc7ea9a9bf55e54c39e497fe770106cfffd1a0a4b4fea2a85f724c2ef90624fb"}},"Architecture":"amd64","Os":"linux","Size":1003165,"RootFS":{"Type":"layers","Layers":["sha256:808a3004020bc67fbbd2bd6bde41c6f7192e9594212ef64c0d81f42714c6647a"]},"Metadata":{"LastTagTime":"2026-11-24T10:06:41.165396044Z"},"Descriptor":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:a27721e6a2c94284098943867bc01145a0189f1594a643b5886bd94bd24f5487","size":404}},
+{"Id":"sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0","RepoTags":["localhost:5000/netshim/busybox:registry","netshim.local/busybox:latest"],"RepoDigests":["localhost:5000/netshim/busybox@sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0","netshim.local/busybox@sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0"],"Comment":"Imported from -","Created":"2026-11-24T10:06:41.551067951Z","Config":{"Cmd":["sh"],"Labels":{"io.netshim.content-sha256":"0233a6e914ef5678b51542836dae136bfb601cdc19cff6fcdeb9851c12458aa9"}},"Architecture":"amd64","Os":"linux","Size":3080816,"RootFS":{"Type":"layers","Layers":["sha256:1aeddb93eb099c789ce59816f420270df9a2d8adbd5147af4349c288ec3cb328"]},"Metadata":{"LastTagTime":"2026-11-24T10:06:59.864863613Z"},"Descriptor":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0","size":405},"Identity":{"Pull":[{"Repository":"localhost/netshim/busybox"}]}}
 ]`
+
+// docker29MultiPlatform is not recorded: it is what moby's containerd
+// image store (daemon/containerd/image_list.go, image_inspect.go) answers
+// for an index with two platforms present, both pulled: the list's Size
+// adds up the content and snapshots of every platform, inspect's is the
+// node's platform's.
+const (
+	multiIndex                = "sha256:7c3c3cea5d4d6133d6a694d23382f6a7b32652f23855abdba3eb039ca5995447"
+	docker29MultiPlatformList = `[{"Containers":0,"Created":1683590400,"Id":"` + multiIndex + `","Labels":null,"ParentId":"",
+  "Descriptor":{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"` + multiIndex + `","size":9541},
+  "RepoDigests":["busybox@` + multiIndex + `"],"RepoTags":["busybox:1.36"],"SharedSize":-1,"Size":12607488}]`
+	docker29MultiPlatformInspect = `[{"Id":"` + multiIndex + `","RepoTags":["busybox:1.36"],"RepoDigests":["busybox@` + multiIndex + `"],"Size":6418470,
+  "Descriptor":{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"` + multiIndex + `","size":9541},
+  "Config":{"Cmd":["sh"]},"Architecture":"amd64","Os":"linux"}]`
+)
 
 // recordedEngine answers the image calls from recorded JSON; everything
 // else goes to the embedded fake. It removes images as the engine's
@@ -254,47 +226,91 @@ func newImageEnv(t *testing.T, eng *recordedEngine) *DockerService {
 	return ds
 }
 
+const (
+	d20PauseID    = "sha256:fc6c3b131fd299f93d87a6d9588aad2b9a9b7b6d6ef5dbba2fd024d495333602"
+	d20BusyboxID  = "sha256:bfa38246f50d2f09014881d428aa1e2e2cece40ea17425226a77c42d06b9b99f"
+	d20RegistryID = "sha256:8072f9ca6963fa1435a875cdfd3cedebc5a0c4a8d5afc521b0ef9a9e9081f5be"
+	d29PauseID    = "sha256:a27721e6a2c94284098943867bc01145a0189f1594a643b5886bd94bd24f5487"
+	// The busybox's manifest: its ID on 29, its registry digest on both.
+	busyboxManifest = "sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0"
+
+	recordedRegistryImage = "localhost:5000/netshim/busybox:registry"
+	recordedRegistryRepo  = "localhost:5000/netshim/busybox"
+)
+
 type engineFixture struct {
 	name            string
 	list, inspect   string
 	containerdStore bool
-	// ids of pause, netshim.local/busybox, busybox:1.36 and the app.
-	ids [4]string
-	// importedDigests are the RepoDigests an imported image has.
-	importedDigests func(name, id string) []string
-	// sizes are what ImageInspect says, for the node's platform.
-	sizes [4]uint64
+	// want is what netshim answers, by image ID: the engine's IDs and
+	// sizes (ImageInspect's), names normalised.
+	want []*runtimeapi.Image
+}
+
+func criImageWant(id string, tags, digests []string, size uint64, pinned bool) *runtimeapi.Image {
+	return &runtimeapi.Image{Id: id, RepoTags: tags, RepoDigests: digests, Size: size, Spec: &runtimeapi.ImageSpec{Image: id}, Pinned: pinned}
 }
 
 var engineFixtures = []engineFixture{
 	{
 		name: "docker 20.10", list: docker20ImageList, inspect: docker20ImageInspect,
-		ids:             [4]string{d20PauseID, d20BusyboxID, d20Hub136ID, d20AppID},
-		importedDigests: func(string, string) []string { return nil },
-		sizes:           [4]uint64{742080, 2214432, 4261550, 2214432},
+		want: []*runtimeapi.Image{
+			criImageWant(d20RegistryID, []string{recordedRegistryImage}, []string{recordedRegistryRepo + "@" + busyboxManifest}, 1982365, false),
+			criImageWant(d20PauseID, []string{"registry.k8s.io/pause:3.10"}, nil, 682696, true),
+			criImageWant(d20BusyboxID, []string{"netshim.local/busybox:latest"}, nil, 1982365, false),
+		},
 	},
 	{
 		name: "docker 29 containerd store", list: docker29ImageList, inspect: docker29ImageInspect, containerdStore: true,
-		ids:             [4]string{d29PauseID, d29BusyboxID, hub136Index, appManifest},
-		importedDigests: func(name, id string) []string { return []string{name + "@" + id} },
-		sizes:           [4]uint64{1058816, 3256320, 6418470, 3256320},
+		want: []*runtimeapi.Image{
+			criImageWant(busyboxManifest, []string{recordedRegistryImage, "netshim.local/busybox:latest"},
+				[]string{recordedRegistryRepo + "@" + busyboxManifest, "netshim.local/busybox@" + busyboxManifest}, 3080816, false),
+			criImageWant(d29PauseID, []string{"registry.k8s.io/pause:3.10"}, []string{"registry.k8s.io/pause@" + d29PauseID}, 1003165, true),
+		},
 	},
 }
 
-// wantImages is what netshim must answer for the recorded images on an
-// engine: IDs as the engine gives them, names in the normalised form,
-// the same on both engines, and sizes as ImageInspect gives them.
-func (f engineFixture) wantImages() []*runtimeapi.Image {
-	img := func(i int, tags, digests []string, uid *runtimeapi.Int64Value, pinned bool) *runtimeapi.Image {
-		return &runtimeapi.Image{Id: f.ids[i], RepoTags: tags, RepoDigests: digests, Size: f.sizes[i], Uid: uid,
-			Spec: &runtimeapi.ImageSpec{Image: f.ids[i]}, Pinned: pinned}
+// imageByName is the wanted image that has a name, or a name in a
+// repository given alone.
+func (f engineFixture) imageByName(t *testing.T, name string) *runtimeapi.Image {
+	t.Helper()
+	named, err := reference.ParseNormalizedNamed(name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return []*runtimeapi.Image{
-		img(0, []string{"registry.k8s.io/pause:3.10"}, f.importedDigests("registry.k8s.io/pause", f.ids[0]), &runtimeapi.Int64Value{Value: 65535}, true),
-		img(1, []string{"netshim.local/busybox:latest"}, f.importedDigests("netshim.local/busybox", f.ids[1]), nil, false),
-		img(2, []string{"docker.io/library/busybox:1.36"}, []string{"docker.io/library/busybox@" + hub136Index}, nil, false),
-		img(3, []string{"127.0.0.1:5000/netshim/app:1"}, []string{"127.0.0.1:5000/netshim/app@" + appManifest}, &runtimeapi.Int64Value{Value: 1000}, false),
+	repoOnly := reference.IsNameOnly(named)
+	for _, w := range f.want {
+		if slices.ContainsFunc(slices.Concat(w.RepoTags, w.RepoDigests), func(r string) bool {
+			n, err := reference.ParseNormalizedNamed(r)
+			return sameRef(r, name) || (repoOnly && err == nil && n.Name() == named.Name())
+		}) {
+			return w
+		}
 	}
+	t.Fatalf("%s: no image named %s", f.name, name)
+	return nil
+}
+
+func listAll(t *testing.T, ds *DockerService, filter string) []*runtimeapi.Image {
+	t.Helper()
+	req := &runtimeapi.ListImagesRequest{}
+	if filter != "" {
+		req.Filter = &runtimeapi.ImageFilter{Image: &runtimeapi.ImageSpec{Image: filter}}
+	}
+	resp, err := ds.ListImages(context.Background(), req)
+	if err != nil {
+		t.Fatalf("ListImages %q: %v", filter, err)
+	}
+	return resp.Images
+}
+
+func imageIDs(imgs []*runtimeapi.Image) []string {
+	var out []string
+	for _, i := range imgs {
+		out = append(out, i.Id)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func TestImageAnswersOnBothEngines(t *testing.T) {
@@ -302,24 +318,20 @@ func TestImageAnswersOnBothEngines(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			ds := newImageEnv(t, newRecordedEngine(t, f.list, f.inspect, f.containerdStore))
 			ctx := context.Background()
-			want := f.wantImages()
 
-			list, err := ds.ListImages(ctx, &runtimeapi.ListImagesRequest{})
-			if err != nil {
-				t.Fatal(err)
+			got := listAll(t, ds, "")
+			if len(got) != len(f.want) {
+				t.Fatalf("ListImages gave %d images, want %d: %v", len(got), len(f.want), got)
 			}
-			if len(list.Images) != len(want) {
-				t.Fatalf("ListImages gave %d images, want %d: %v", len(list.Images), len(want), list.Images)
-			}
-			for i, w := range want {
-				if !proto.Equal(list.Images[i], w) {
-					t.Errorf("ListImages[%d] =\n  %v\nwant\n  %v", i, list.Images[i], w)
+			for _, w := range f.want {
+				i := slices.IndexFunc(got, func(g *runtimeapi.Image) bool { return g.Id == w.Id })
+				if i < 0 || !proto.Equal(got[i], w) {
+					t.Errorf("ListImages has for %s\n  %v\nwant\n  %v", w.Id, got[max(i, 0)], w)
 				}
 			}
-			// ImageStatus answers the same as the list, by every name.
-			for _, w := range want {
-				specs := slices.Concat([]string{w.Id, w.Id[7:19]}, w.RepoTags, w.RepoDigests)
-				for _, spec := range specs {
+			// ImageStatus answers as the list does, by every name.
+			for _, w := range f.want {
+				for _, spec := range slices.Concat([]string{w.Id, w.Id[7:19]}, w.RepoTags, w.RepoDigests) {
 					st, err := ds.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: spec}})
 					if err != nil {
 						t.Fatalf("ImageStatus %s: %v", spec, err)
@@ -329,128 +341,134 @@ func TestImageAnswersOnBothEngines(t *testing.T) {
 					}
 				}
 			}
-			// The familiar short name kubelet passes for a pod's image.
-			st, err := ds.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "busybox:1.36"}})
-			if err != nil || st.Image.GetId() != f.ids[2] {
-				t.Errorf("ImageStatus busybox:1.36 = %v, %v; want id %s", st.GetImage(), err, f.ids[2])
-			}
 			// PullImage answers the ID the list and status report.
-			pulled, err := ds.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox:1.36"}})
-			if err != nil || pulled.ImageRef != f.ids[2] {
-				t.Errorf("PullImage busybox:1.36 = %v, %v; want %s", pulled, err, f.ids[2])
+			pulled, err := ds.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: recordedRegistryImage}})
+			if want := f.imageByName(t, recordedRegistryImage).Id; err != nil || pulled.ImageRef != want {
+				t.Errorf("PullImage %s = %v, %v; want %s", recordedRegistryImage, pulled, err, want)
 			}
-			// The filter by repository, tag, digest and ID. An imported
-			// image has a digest on the containerd store only.
-			var pauseByDigest []string
-			if f.containerdStore {
-				pauseByDigest = []string{f.ids[0]}
+			// Filters by repository, tag, digest and ID find the image
+			// that has the name; the registry digest on both engines.
+			for _, spec := range []string{"netshim.local/busybox", "netshim.local/busybox:latest", recordedRegistryRepo,
+				recordedRegistryImage, recordedRegistryRepo + "@" + busyboxManifest, "registry.k8s.io/pause"} {
+				want := f.imageByName(t, spec)
+				if got := imageIDs(listAll(t, ds, spec)); !slices.Equal(got, []string{want.Id}) {
+					t.Errorf("ListImages filter %s = %v, want %s", spec, got, want.Id)
+				}
 			}
-			for _, c := range []struct {
-				spec    string
-				wantIDs []string
-			}{
-				{"busybox", []string{f.ids[2]}},
-				{"docker.io/library/busybox:1.36", []string{f.ids[2]}},
-				{"netshim.local/busybox", []string{f.ids[1]}},
-				{f.ids[3], []string{f.ids[3]}},
-				{"127.0.0.1:5000/netshim/app:1", []string{f.ids[3]}},
-				{"127.0.0.1:5000/netshim/app@" + appManifest, []string{f.ids[3]}},
-				{"registry.k8s.io/pause@" + f.ids[0], pauseByDigest},
-			} {
-				spec, wantIDs := c.spec, c.wantIDs
-				resp, err := ds.ListImages(ctx, &runtimeapi.ListImagesRequest{Filter: &runtimeapi.ImageFilter{Image: &runtimeapi.ImageSpec{Image: spec}}})
-				if err != nil {
-					t.Fatalf("ListImages %s: %v", spec, err)
-				}
-				var got []string
-				for _, img := range resp.Images {
-					got = append(got, img.Id)
-				}
-				if !slices.Equal(got, wantIDs) {
-					t.Errorf("ListImages filter %s = %v, want %v", spec, got, wantIDs)
-				}
+			if got := listAll(t, ds, "docker.io/library/busybox"); len(got) != 0 {
+				t.Errorf("ListImages filter docker.io/library/busybox = %v, want none", got)
 			}
 		})
 	}
 }
 
-// The same names on both engines: kubelet and crictl see one image
-// whichever engine runs it.
+// Each name is reported the same way on both engines, with the registry
+// digest of the pulled image: kubelet and crictl see the same names
+// whichever engine a node runs.
 func TestImageNamesAgreeAcrossEngines(t *testing.T) {
-	a, b := engineFixtures[0].wantImages(), engineFixtures[1].wantImages()
-	for i := range a {
-		if !slices.Equal(a[i].RepoTags, b[i].RepoTags) {
-			t.Errorf("image %d: tags %v on %s, %v on %s", i, a[i].RepoTags, engineFixtures[0].name, b[i].RepoTags, engineFixtures[1].name)
+	for _, name := range []string{"registry.k8s.io/pause:3.10", "netshim.local/busybox:latest", recordedRegistryImage} {
+		var tagged, digested []bool
+		for _, f := range engineFixtures {
+			w := f.imageByName(t, name)
+			tagged = append(tagged, slices.Contains(w.RepoTags, name))
+			digested = append(digested, slices.Contains(w.RepoDigests, recordedRegistryRepo+"@"+busyboxManifest))
+		}
+		if slices.Contains(tagged, false) {
+			t.Errorf("%s: tagged so on the engines: %v", name, tagged)
+		}
+		if name == recordedRegistryImage && slices.Contains(digested, false) {
+			t.Errorf("%s: registry digest on the engines: %v", name, digested)
 		}
 	}
 }
 
 func TestRemoveImageOnBothEngines(t *testing.T) {
 	for _, f := range engineFixtures {
-		for _, how := range []struct {
-			name string
-			spec func(ids [4]string) string
-		}{
-			{"by tag", func([4]string) string { return "busybox:1.36" }},
-			{"by normalised tag", func([4]string) string { return "docker.io/library/busybox:1.36" }},
-			{"by ID", func(ids [4]string) string { return ids[2] }},
-			{"by ID prefix", func(ids [4]string) string { return ids[2][7:19] }},
-			{"by digest", func([4]string) string { return "busybox@" + hub136Index }},
+		for _, spec := range []string{
+			"netshim.local/busybox:latest",
+			"netshim.local/busybox", // :latest
+			recordedRegistryImage,
+			recordedRegistryRepo + "@" + busyboxManifest,
+			"registry.k8s.io/pause:3.10",
 		} {
-			t.Run(f.name+"/"+how.name, func(t *testing.T) {
-				eng := newRecordedEngine(t, f.list, f.inspect, f.containerdStore)
-				ds := newImageEnv(t, eng)
-				ctx := context.Background()
-				spec := how.spec(f.ids)
-				for range 2 { // idempotent
-					if _, err := ds.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: spec}}); err != nil {
-						t.Fatalf("RemoveImage %s: %v", spec, err)
+			target := f.imageByName(t, spec)
+			for _, by := range []string{spec, target.Id, target.Id[7:19]} {
+				t.Run(f.name+"/"+by, func(t *testing.T) {
+					ds := newImageEnv(t, newRecordedEngine(t, f.list, f.inspect, f.containerdStore))
+					ctx := context.Background()
+					for range 2 { // idempotent
+						if _, err := ds.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: by}}); err != nil {
+							t.Fatalf("RemoveImage %s: %v", by, err)
+						}
 					}
-				}
-				list, err := ds.ListImages(ctx, &runtimeapi.ListImagesRequest{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				var ids []string
-				for _, img := range list.Images {
-					ids = append(ids, img.Id)
-				}
-				if want := []string{f.ids[0], f.ids[1], f.ids[3]}; !slices.Equal(ids, want) {
-					t.Errorf("after RemoveImage %s, images %v, want %v", spec, ids, want)
-				}
-				st, err := ds.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: f.ids[2]}})
-				if err != nil || st.Image != nil {
-					t.Errorf("ImageStatus of the removed image = %v, %v; want no image", st.GetImage(), err)
-				}
-			})
+					var want []string
+					for _, w := range f.want {
+						if w.Id != target.Id {
+							want = append(want, w.Id)
+						}
+					}
+					slices.Sort(want)
+					if got := imageIDs(listAll(t, ds, "")); !slices.Equal(got, want) {
+						t.Errorf("after RemoveImage %s, images %v, want %v", by, got, want)
+					}
+					st, err := ds.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: target.Id}})
+					if err != nil || st.Image != nil {
+						t.Errorf("ImageStatus of the removed image = %v, %v; want no image", st.GetImage(), err)
+					}
+				})
+			}
 		}
 	}
 }
 
-// ListImages reports an image once even if the engine lists it twice,
-// with the names of both entries.
-func TestListImagesMergesDuplicateIDs(t *testing.T) {
-	f := engineFixtures[1]
-	eng := newRecordedEngine(t, f.list, f.inspect, f.containerdStore)
-	dup := eng.list[2]
-	dup.RepoTags = []string{"busybox:stable"}
-	dup.RepoDigests = []string{"busybox@" + hub136Index}
-	eng.list = append(eng.list, dup)
-	ds := newImageEnv(t, eng)
-	list, err := ds.ListImages(context.Background(), &runtimeapi.ListImagesRequest{})
+// On the containerd store the list's size adds up every platform present;
+// the CRI size is the node's platform's, as ImageStatus gives it.
+func TestListImagesSizeIsTheNodePlatforms(t *testing.T) {
+	ds := newImageEnv(t, newRecordedEngine(t, docker29MultiPlatformList, docker29MultiPlatformInspect, true))
+	list := listAll(t, ds, "")
+	st, err := ds.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "busybox:1.36"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got *runtimeapi.Image
-	n := 0
-	for _, img := range list.Images {
-		if img.Id == hub136Index {
-			got = img
-			n++
-		}
+	if len(list) != 1 || list[0].Size != 6418470 || !proto.Equal(list[0], st.Image) {
+		t.Errorf("ListImages = %v, ImageStatus = %v; want both with size 6418470", list, st.Image)
 	}
-	if n != 1 || !slices.Equal(got.RepoTags, []string{"docker.io/library/busybox:1.36", "docker.io/library/busybox:stable"}) ||
-		!slices.Equal(got.RepoDigests, []string{"docker.io/library/busybox@" + hub136Index}) || got.Size != 6418470 {
-		t.Errorf("image %s listed %d times, last as %v", hub136Index, n, got)
+}
+
+// ListImages reports an image once even if the engine lists it twice.
+func TestListImagesMergesDuplicateIDs(t *testing.T) {
+	f := engineFixtures[1]
+	eng := newRecordedEngine(t, f.list, f.inspect, f.containerdStore)
+	eng.list = append(eng.list, eng.list[0])
+	ds := newImageEnv(t, eng)
+	got := listAll(t, ds, "")
+	if ids := imageIDs(got); !slices.Equal(ids, []string{busyboxManifest, d29PauseID}) {
+		t.Errorf("ListImages IDs = %v, want each image once", ids)
+	}
+}
+
+// The inspect is cached while the list shows the same names, and done
+// again when they change.
+func TestListImagesInspectsOnlyWhatChanged(t *testing.T) {
+	f := engineFixtures[1]
+	eng := newRecordedEngine(t, f.list, f.inspect, f.containerdStore)
+	ds := newImageEnv(t, eng)
+	listAll(t, ds, "")
+	eng.resetCalls()
+	listAll(t, ds, "")
+	if n := eng.count("ImageInspect"); n != 0 {
+		t.Errorf("second ListImages inspected %d images, want 0", n)
+	}
+	// The registry name is removed behind netshim's back.
+	eng.mu.Lock()
+	i := eng.inspect[busyboxManifest]
+	i.RepoTags, i.RepoDigests = i.RepoTags[1:], i.RepoDigests[1:]
+	eng.inspect[busyboxManifest] = i
+	eng.list[0].RepoTags = i.RepoTags
+	eng.mu.Unlock()
+	eng.resetCalls()
+	got := listAll(t, ds, recordedRegistryRepo)
+	if n := eng.count("ImageInspect"); n != 1 || len(got) != 0 {
+		t.Errorf("after an untag: %d inspects, filter by the removed name gave %v; want 1 and none", n, got)
 	}
 }
