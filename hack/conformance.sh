@@ -23,7 +23,10 @@
 # Extra arguments go to critest, e.g. -ginkgo.focus='Image Manager'.
 # Environment: NETSHIM_BIN tests that binary instead of building ./cmd/netshim;
 # NETSHIM_FLAGS adds flags to netshim's command line; CNI_BIN_DIR (/usr/lib/cni);
-# REGISTRY_PORT (5000) when another program holds 127.0.0.1:5000.
+# REGISTRY_PORT (5000) when another program holds 127.0.0.1:5000;
+# ENGINE: docker20 (default, the system's dockerd, hack/dockerd.sh) or docker29
+# (the private Docker 29 engine of hack/docker29.sh); DOCKER_HOST is set to it for
+# every docker command here and netshim gets it as --docker-endpoint.
 #
 # Do not edit this script while it runs: bash reads it as it goes.
 set -euo pipefail
@@ -42,6 +45,13 @@ CRITEST_LOG="$OUT/conformance.log"
 NETSHIM_LOG="$OUT/conformance-netshim.log"
 REGISTRY_LOG="$OUT/conformance-registry.log"
 LOCK=/run/netshim-conformance.lock
+ENGINE=${ENGINE:-docker20}
+case "$ENGINE" in
+  docker20) ENGINE_SCRIPT="$ROOT/hack/dockerd.sh" DOCKER_HOST=unix:///var/run/docker.sock ;;
+  docker29) ENGINE_SCRIPT="$ROOT/hack/docker29.sh" DOCKER_HOST=unix:///run/netshim-docker29/docker.sock ;;
+  *) echo "conformance: ENGINE=$ENGINE: want docker20 or docker29" >&2; exit 2 ;;
+esac
+export DOCKER_HOST
 
 # The specs skipped here: only those this machine cannot pass whatever the
 # runtime does. Pairs of (full spec text without the "[k8s.io] " prefix, reason).
@@ -202,7 +212,7 @@ teardown() {
   [[ -n "$TMP" ]] && rm -rf "$TMP"
   TMP=""
   if ((STARTED_DOCKERD)); then
-    "$ROOT/hack/dockerd.sh" stop
+    "$ENGINE_SCRIPT" stop
     STARTED_DOCKERD=0
   fi
   set -e
@@ -266,11 +276,12 @@ fi
 "$ROOT/hack/build-crictl.sh" all
 NETSHIM_COMM=$(basename "$NETSHIM_BIN" | cut -c1-15)
 
-if ! "$ROOT/hack/dockerd.sh" status >/dev/null 2>&1; then
+if ! "$ENGINE_SCRIPT" status >/dev/null 2>&1; then
   STARTED_DOCKERD=1
 fi
 # 9>&-: no daemon started from here may keep the run's lock open.
-"$ROOT/hack/dockerd.sh" start 9>&-
+log "engine: $ENGINE ($DOCKER_HOST)"
+"$ENGINE_SCRIPT" start 9>&-
 
 log "building the test images"
 "$ROOT/hack/images.sh"
@@ -384,6 +395,7 @@ log "starting netshim on $SOCK (log: ${NETSHIM_LOG#"$ROOT"/})"
   --cni-bin-dir "$CNI_BIN_DIR" \
   --cni-cache-dir "$TMP/cnicache" \
   --pod-infra-container-image "$PAUSE_IMAGE" \
+  --docker-endpoint "$DOCKER_HOST" \
   -v=2 ${NETSHIM_FLAGS:-} </dev/null >"$NETSHIM_LOG" 2>&1 9>&- &
 NETSHIM_PID=$!
 for ((i = 0; ; i++)); do
