@@ -16,6 +16,7 @@ LINT_TAGS := e2e,kubelet,faults
 
 # ENGINE: the Docker engine e2e and conformance run against.
 #   docker20  the system's Docker 20.10 (Debian's docker.io; hack/dockerd.sh)
+#   docker20-runc143  a private Docker 20.10 with runc 1.4.3 as its default runtime (RUNC=1.4.3 hack/dockerd.sh)
 #   docker29  a private Docker 29 (moby v2.0.0-beta.24, containerd v2.4.2, runc v1.4.3,
 #             built from the Go module proxy into _output/docker29; hack/docker29.sh)
 # The tests and scripts reach the engine through DOCKER_HOST (the docker CLI, the
@@ -25,12 +26,16 @@ ifeq ($(ENGINE),docker20)
 ENGINE_SCRIPT := hack/dockerd.sh
 ENGINE_HOST := unix:///var/run/docker.sock
 ENGINE_DOCKERD :=
+else ifeq ($(ENGINE),docker20-runc143)
+ENGINE_SCRIPT := RUNC=1.4.3 hack/dockerd.sh
+ENGINE_HOST := unix:///run/netshim-docker20-runc143/docker.sock
+ENGINE_DOCKERD :=
 else ifeq ($(ENGINE),docker29)
 ENGINE_SCRIPT := hack/docker29.sh
 ENGINE_HOST := unix:///run/netshim-docker29/docker.sock
 ENGINE_DOCKERD := $(OUT)/docker29/bin/dockerd
 else
-$(error ENGINE=$(ENGINE): want docker20 or docker29)
+$(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
 .PHONY: build deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet test run clean bench dockerd-start dockerd-stop docker29 test-docker29

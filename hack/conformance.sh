@@ -25,7 +25,8 @@
 # NETSHIM_FLAGS adds flags to netshim's command line; CNI_BIN_DIR (/usr/lib/cni);
 # REGISTRY_PORT (5000) when another program holds 127.0.0.1:5000;
 # ENGINE: docker20 (default, the system's dockerd, hack/dockerd.sh) or docker29
-# (the private Docker 29 engine of hack/docker29.sh); DOCKER_HOST is set to it for
+# (the private Docker 29 engine of hack/docker29.sh) or docker20-runc143 (a private
+# Docker 20.10 with runc 1.4.3, RUNC=1.4.3 hack/dockerd.sh); DOCKER_HOST is set to it for
 # every docker command here and netshim gets it as --docker-endpoint.
 #
 # Do not edit this script while it runs: bash reads it as it goes.
@@ -48,8 +49,12 @@ LOCK=/run/netshim-conformance.lock
 ENGINE=${ENGINE:-docker20}
 case "$ENGINE" in
   docker20) ENGINE_SCRIPT="$ROOT/hack/dockerd.sh" DOCKER_HOST=unix:///var/run/docker.sock ;;
+  docker20-runc143)
+    ENGINE_SCRIPT="$ROOT/hack/dockerd.sh" DOCKER_HOST=unix:///run/netshim-docker20-runc143/docker.sock
+    export RUNC=1.4.3
+    ;;
   docker29) ENGINE_SCRIPT="$ROOT/hack/docker29.sh" DOCKER_HOST=unix:///run/netshim-docker29/docker.sock ;;
-  *) echo "conformance: ENGINE=$ENGINE: want docker20 or docker29" >&2; exit 2 ;;
+  *) echo "conformance: ENGINE=$ENGINE: want docker20, docker20-runc143 or docker29" >&2; exit 2 ;;
 esac
 export DOCKER_HOST
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/docker29.sh build|start|stop|status|env
+# hack/docker29.sh build|build-runc|start|stop|status|env
 #
 # A private Docker 29 engine for the test matrix (`make e2e ENGINE=docker29`,
 # `make conformance ENGINE=docker29`), next to the system's Docker 20.10
@@ -26,6 +26,7 @@
 #         Logs: _output/docker29/containerd.log, _output/docker29/dockerd.log.
 # stop:   stops the dockerd and containerd this script started (their PID files are
 #         in $D29_RUN); dockerd first, so that it stops its containers.
+# build-runc: builds only runc (hack/dockerd.sh uses it with Docker 20.10: RUNC=1.4.3).
 # status: says whether the engine answers; exit 1 if not.
 # env:    prints `export DOCKER_HOST=...` for eval, to point the docker CLI at the engine.
 #
@@ -327,9 +328,10 @@ status() {
 
 case "${1:-}" in
   build) build ;;
+  build-runc) mkdir -p "$BIN" && build_runc ;;
   start) start ;;
   stop) stop ;;
   status) status ;;
   env) echo "export DOCKER_HOST=unix://$D29_SOCK" ;;
-  *) echo "usage: $0 build|start|stop|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 build|build-runc|start|stop|status|env" >&2; exit 2 ;;
 esac
