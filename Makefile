@@ -190,6 +190,9 @@ run:
 bench:
 	@hack/bench.sh $(BENCH_FLAGS)
 
-## clean: stop the dockerd hack/dockerd.sh started (its PID file is in _output/), remove _output/
+## clean: stop the engines hack/dockerd.sh and hack/docker29.sh started, remove _output/
+# (the private engines' data in /var/lib/netshim-docker29 and /var/lib/netshim-docker20-runc143 stays)
 clean: dockerd-stop
+	@hack/docker29.sh stop
+	@RUNC=1.4.3 hack/dockerd.sh stop
 	rm -rf $(OUT)
