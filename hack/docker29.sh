@@ -22,7 +22,8 @@
 #           state      $D29_RUN (containerd state and socket, dockerd exec root, PID files)
 #           data       $D29_LIB (containerd root, dockerd data root)
 #           cgroups    parent netshim-docker29; no bridge, no iptables/ip6tables rules
-#           runtime    runc $RUNC_VERSION (the only one on PATH, and the default runtime)
+#           runtime    runc $RUNC_VERSION (first on the daemons' PATH, so Docker's default
+#                      runtime "runc" is it)
 #         Logs: _output/docker29/containerd.log, _output/docker29/dockerd.log.
 # stop:   stops the dockerd and containerd this script started (their PID files are
 #         in $D29_RUN); dockerd first, so that it stops its containers.
@@ -187,12 +188,16 @@ log_tail() {
   fi
 }
 
-# pid_of NAME COMM: the PID in $D29_RUN/NAME.pid if it is a live COMM, else nothing.
+# pid_of NAME COMM: the PID in $D29_RUN/NAME.pid if it is a live COMM running our
+# bin/COMM, else nothing: a stale PID file must not name the system's containerd.
 pid_of() {
-  local pid
+  local pid exe
   pid=$(cat "$D29_RUN/$1.pid" 2>/dev/null || true)
   if [[ -n "$pid" ]] && alive "$pid" "$2"; then
-    echo "$pid"
+    exe=$(readlink "/proc/$pid/exe" 2>/dev/null || true)
+    if [[ "${exe% (deleted)}" == "$BIN/$2" ]]; then
+      echo "$pid"
+    fi
   fi
 }
 
