@@ -14,7 +14,31 @@ STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
 LINT_TAGS := e2e,kubelet,faults
 
-.PHONY: build deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet test run clean bench dockerd-start dockerd-stop
+# ENGINE: the Docker engine e2e and conformance run against.
+#   docker20  the system's Docker 20.10 (Debian's docker.io; hack/dockerd.sh)
+#   docker20-runc143  a private Docker 20.10 with runc 1.4.3 as its default runtime (RUNC=1.4.3 hack/dockerd.sh)
+#   docker29  a private Docker 29 (moby v2.0.0-beta.24, containerd v2.4.2, runc v1.4.3,
+#             built from the Go module proxy into _output/docker29; hack/docker29.sh)
+# The tests and scripts reach the engine through DOCKER_HOST (the docker CLI, the
+# leak audit) and netshim through --docker-endpoint $$DOCKER_HOST (test/harness).
+ENGINE ?= docker20
+ifeq ($(ENGINE),docker20)
+ENGINE_SCRIPT := hack/dockerd.sh
+ENGINE_HOST := unix:///var/run/docker.sock
+ENGINE_DOCKERD :=
+else ifeq ($(ENGINE),docker20-runc143)
+ENGINE_SCRIPT := RUNC=1.4.3 hack/dockerd.sh
+ENGINE_HOST := unix:///run/netshim-docker20-runc143/docker.sock
+ENGINE_DOCKERD :=
+else ifeq ($(ENGINE),docker29)
+ENGINE_SCRIPT := hack/docker29.sh
+ENGINE_HOST := unix:///run/netshim-docker29/docker.sock
+ENGINE_DOCKERD := $(OUT)/docker29/bin/dockerd
+else
+$(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
+endif
+
+.PHONY: build deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet test run clean bench dockerd-start dockerd-stop docker29 test-docker29
 
 ## build: compile the daemon into _output/netshim
 build:
@@ -31,6 +55,10 @@ dockerd-start:
 dockerd-stop:
 	@hack/dockerd.sh stop
 
+## docker29: build the private Docker 29 engine into _output/docker29/bin (cached)
+docker29:
+	@hack/docker29.sh build
+
 ## images: build the local pause and busybox images (starts dockerd if needed)
 images: dockerd-start
 	@hack/images.sh
@@ -43,10 +71,10 @@ critest:
 	@hack/build-crictl.sh critest
 
 ## conformance: critest v1.34.0 against netshim, offline (root; registry on 127.0.0.1:5000, see hack/conformance.sh)
-# Extra critest flags: make conformance CRITEST_ARGS="-ginkgo.focus=Image".
+# Extra critest flags: make conformance CRITEST_ARGS="-ginkgo.focus=Image". ENGINE=docker29 for Docker 29.
 .PHONY: conformance
 conformance:
-	@hack/conformance.sh $(CRITEST_ARGS)
+	@ENGINE=$(ENGINE) hack/conformance.sh $(CRITEST_ARGS)
 
 ## unit: unit tests with the race detector
 unit:
@@ -87,14 +115,15 @@ staticcheck:
 	fi
 
 ## e2e: end-to-end tests against a real dockerd and the Debian CNI plugins (root)
-# dockerd is stopped afterwards (also on failure) if this target started it. The leak
-# audit (test/e2e/leak-audit.sh) runs after the tests, also when they failed; the target
-# fails if either does.
+# The engine (ENGINE, above) is stopped afterwards (also on failure) if this target started
+# it. The leak audit (test/e2e/leak-audit.sh) runs after the tests, also when they failed,
+# against the same engine; the target fails if either does.
 e2e:
 	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e: must run as root" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory deps build crictl
-	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
-	hack/dockerd.sh start; \
+	@export DOCKER_HOST=$(ENGINE_HOST) E2E_DOCKERD=$(ENGINE_DOCKERD); \
+	if ! $(ENGINE_SCRIPT) status >/dev/null 2>&1; then trap '$(ENGINE_SCRIPT) stop' EXIT; fi; \
+	$(ENGINE_SCRIPT) start; \
 	hack/images.sh; \
 	hack/cni-plugins.sh; \
 	NETSHIM_BIN=$(OUT)/netshim CRICTL_BIN=$(OUT)/crictl CNI_BIN_DIR=/usr/lib/cni CNI_V11_BIN_DIR=$(OUT)/cni-1.9.1 \
@@ -134,6 +163,17 @@ test:
 	echo "make test: $${summary[*]}"; \
 	exit $$failed
 
+## test-docker29: e2e and conformance on the private Docker 29 engine (root; not part of `make test`)
+test-docker29:
+	@summary=(); failed=0; \
+	for t in e2e conformance; do \
+		echo "==> make $$t ENGINE=docker29"; \
+		if $(MAKE) --no-print-directory $$t ENGINE=docker29; then summary+=("$$t=ok"); \
+		else summary+=("$$t=FAILED"); failed=1; fi; \
+	done; \
+	echo "make test-docker29: $${summary[*]}"; \
+	exit $$failed
+
 ## run: start netshim in the foreground on unix:///run/netshim/netshim.sock (root)
 # Zero-config: the built-in kubenet network (bridge cbr0) over RUN_POD_CIDR; no CNI
 # config file is read or written. (hack/cni-config.sh writes a dev config for
@@ -150,6 +190,9 @@ run:
 bench:
 	@hack/bench.sh $(BENCH_FLAGS)
 
-## clean: stop the dockerd hack/dockerd.sh started (its PID file is in _output/), remove _output/
+## clean: stop the engines hack/dockerd.sh and hack/docker29.sh started, remove _output/
+# (the private engines' data in /var/lib/netshim-docker29 and /var/lib/netshim-docker20-runc143 stays)
 clean: dockerd-stop
+	@hack/docker29.sh stop
+	@RUNC=1.4.3 hack/dockerd.sh stop
 	rm -rf $(OUT)

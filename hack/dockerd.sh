@@ -7,6 +7,15 @@
 # stop:  stops the dockerd recorded in _output/dockerd.pid, i.e. only one this script
 #        started; a dockerd started by anyone else is never touched.
 #
+# RUNC=1.4.3: manages instead a test dockerd of its own (the system's Docker 20.10
+#        binary) with runc 1.4.3 (_output/docker29/bin/runc, built by hack/docker29.sh
+#        build-runc) registered as runtime runc143 and made the default, on
+#        unix:///run/netshim-docker20-runc143/docker.sock with its own data root, exec
+#        root and no bridge/iptables, so that the system's engine is not touched. Point
+#        DOCKER_HOST there (make ENGINE=docker20-runc143 does). Debian's runc 1.1.5 cannot
+#        start privileged containers on machines where root lacks CAP_SYS_RESOURCE;
+#        runc 1.4.3 can.
+#
 # PID 1 on the development/CI machines does not reap orphans, so a dockerd that has
 # exited may linger as a zombie: "gone" means no /proc entry or process state Z.
 set -euo pipefail
@@ -16,6 +25,29 @@ OUT="$ROOT/_output"
 PIDFILE="$OUT/dockerd.pid"
 LOG="$OUT/dockerd.log"
 SOCK=/var/run/docker.sock
+DOCKER_PIDFILE=/var/run/docker.pid
+CONTAINERD_PIDFILE=/var/run/docker/containerd/containerd.pid
+DOCKERD_ARGS=()
+case "${RUNC:-}" in
+  "") ;;
+  1.4.3)
+    PRIV_RUN=/run/netshim-docker20-runc143
+    PRIV_LIB=/var/lib/netshim-docker20-runc143
+    PIDFILE="$OUT/dockerd-runc143.pid"
+    LOG="$OUT/dockerd-runc143.log"
+    SOCK="$PRIV_RUN/docker.sock"
+    DOCKER_PIDFILE="$PRIV_RUN/docker.pid"
+    CONTAINERD_PIDFILE="$PRIV_RUN/exec/containerd/containerd.pid"
+    DOCKERD_ARGS=(
+      --config-file "$PRIV_RUN/daemon.json"
+      --data-root "$PRIV_LIB" --exec-root "$PRIV_RUN/exec" --pidfile "$DOCKER_PIDFILE"
+      -H "unix://$SOCK"
+      --bridge=none --iptables=false --ip6tables=false --ip-masq=false --userland-proxy=false
+      --add-runtime "runc143=$OUT/docker29/bin/runc" --default-runtime runc143
+    )
+    ;;
+  *) echo "dockerd.sh: RUNC=$RUNC: only 1.4.3 (or unset: the system's runc) is known" >&2; exit 2 ;;
+esac
 START_TIMEOUT=${DOCKERD_START_TIMEOUT:-60}
 STOP_TIMEOUT=${DOCKERD_STOP_TIMEOUT:-45}
 
@@ -83,17 +115,31 @@ start() {
 
   if [[ -z "$pid" ]]; then
     command -v dockerd >/dev/null || die "dockerd not found (run hack/install-deps.sh)"
-    # A dockerd that died (or is a zombie) leaves /var/run/docker.pid behind, and dockerd
+    if [[ -n "${RUNC:-}" ]]; then
+      "$ROOT/hack/docker29.sh" build-runc
+      mkdir -p "$PRIV_RUN" "$PRIV_LIB"
+      # Its own (empty) config: not the system engine's /etc/docker/daemon.json.
+      echo '{}' >"$PRIV_RUN/daemon.json"
+    fi
+    # A dockerd that died (or is a zombie) leaves its docker.pid behind, and dockerd
     # refuses to start while the PID in it still has a /proc entry.
-    if [[ -f /var/run/docker.pid ]]; then
+    if [[ -f "$DOCKER_PIDFILE" ]]; then
       local old
-      old=$(cat /var/run/docker.pid 2>/dev/null || true)
+      old=$(cat "$DOCKER_PIDFILE" 2>/dev/null || true)
       if [[ -n "$old" ]] && is_dockerd "$old"; then
         die "a dockerd (PID $old) is running but does not answer on $SOCK"
       fi
-      rm -f /var/run/docker.pid
+      rm -f "$DOCKER_PIDFILE"
     fi
-    setsid dockerd </dev/null >"$LOG" 2>&1 &
+    # Every descriptor but 0-2 is closed in dockerd: it must not hold a lock of its
+    # caller (`flock FILE make e2e`) for the rest of its life.
+    (
+      for fd in /proc/$BASHPID/fd/*; do
+        fd=${fd##*/}
+        ((fd > 2)) && eval "exec $fd>&-"
+      done
+      exec setsid dockerd "${DOCKERD_ARGS[@]}" </dev/null >"$LOG" 2>&1
+    ) &
     pid=$!
     echo "$pid" >"$PIDFILE"
   fi
@@ -126,7 +172,7 @@ stop() {
       wait_gone "$pid" 10 || die "dockerd (PID $pid) survived SIGKILL"
       # Its containerd child outlives a SIGKILLed dockerd: stop it too.
       local cpid
-      cpid=$(cat /var/run/docker/containerd/containerd.pid 2>/dev/null || true)
+      cpid=$(cat "$CONTAINERD_PIDFILE" 2>/dev/null || true)
       if [[ -n "$cpid" ]] && running "$cpid" && [[ "$(cat "/proc/$cpid/comm" 2>/dev/null)" == containerd ]]; then
         kill -TERM "$cpid" 2>/dev/null || true
         wait_gone "$cpid" 10 || kill -KILL "$cpid" 2>/dev/null || true
@@ -134,8 +180,8 @@ stop() {
     fi
   fi
   # A zombie keeps its /proc entry, which would make the next dockerd refuse to start.
-  if [[ "$(cat /var/run/docker.pid 2>/dev/null || true)" == "$pid" ]]; then
-    rm -f /var/run/docker.pid
+  if [[ "$(cat "$DOCKER_PIDFILE" 2>/dev/null || true)" == "$pid" ]]; then
+    rm -f "$DOCKER_PIDFILE"
   fi
   rm -f "$PIDFILE"
 }

@@ -15,6 +15,7 @@ PACKAGES=(
   apache2-utils
   gcc
   libc6-dev
+  libseccomp-dev # runc 1.4.3 for the Docker 29 engine (hack/docker29.sh) is built with seccomp
 )
 
 missing=()

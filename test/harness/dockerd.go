@@ -96,6 +96,20 @@ func (d *Dockerd) load(ref string) error {
 	return nil
 }
 
+// privateDockerdBin is the dockerd a private engine runs: $E2E_DOCKERD when
+// set (`make e2e ENGINE=docker29` sets the Docker 29 build there, so a
+// private engine is the same Docker as the one under test), else dockerd on
+// PATH. An $E2E_DOCKERD's directory comes first on its PATH: Docker 29
+// starts its own containerd from PATH, whose shim finds runc there, and the
+// system's runc is too old for it.
+func privateDockerdBin() (string, []string) {
+	bin := os.Getenv("E2E_DOCKERD")
+	if bin == "" {
+		return "dockerd", nil
+	}
+	return bin, append(os.Environ(), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
 // Start runs dockerd and waits (at most StartTimeout) until it answers.
 func (d *Dockerd) Start() error {
 	d.mu.Lock()
@@ -116,7 +130,9 @@ func (d *Dockerd) Start() error {
 		"--iptables=false",
 		"--ip-masq=false",
 	}, d.args...)
-	cmd := exec.Command("dockerd", args...)
+	bin, env := privateDockerdBin()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	p, err := startProc(cmd, logf)
 	if err != nil {

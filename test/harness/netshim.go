@@ -105,7 +105,8 @@ func WithKubenet(podCIDR, bridge, ipamDir string) NetshimOption {
 	}
 }
 
-// WithDockerEndpoint points netshim at another engine than the host's.
+// WithDockerEndpoint points netshim at another engine than the host's
+// (default: $DOCKER_HOST if set, else netshim's own default).
 func WithDockerEndpoint(ep string) NetshimOption {
 	return func(c *netshimConfig) { c.dockerEndpoint = ep }
 }
@@ -160,11 +161,15 @@ type Netshim struct {
 // not start the daemon.
 func NewNetshim(opts ...NetshimOption) (*Netshim, error) {
 	c := netshimConfig{
-		bin:          os.Getenv("NETSHIM_BIN"),
-		cniBinDirs:   os.Getenv("CNI_BIN_DIR"),
-		pauseImage:   DefaultPauseImage,
-		verbosity:    4,
-		startTimeout: StartTimeout,
+		bin:        os.Getenv("NETSHIM_BIN"),
+		cniBinDirs: os.Getenv("CNI_BIN_DIR"),
+		// The engine under test: `make e2e ENGINE=docker29` points
+		// DOCKER_HOST (and so the docker CLI the tests run) at a private
+		// engine, and netshim must talk to the same one.
+		dockerEndpoint: os.Getenv("DOCKER_HOST"),
+		pauseImage:     DefaultPauseImage,
+		verbosity:      4,
+		startTimeout:   StartTimeout,
 	}
 	if c.cniBinDirs == "" {
 		c.cniBinDirs = "/usr/lib/cni"
