@@ -26,6 +26,9 @@ type DockerClient interface {
 	Ping(ctx context.Context) (types.Ping, error)
 	ServerVersion(ctx context.Context) (types.Version, error)
 	Info(ctx context.Context) (system.Info, error)
+	// DiskUsage is asked for images only, and only on the containerd
+	// image store, whose layers live in containerd's root, not Docker's.
+	DiskUsage(ctx context.Context, options types.DiskUsageOptions) (types.DiskUsage, error)
 
 	ImageInspect(ctx context.Context, image string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
 	ImagePull(ctx context.Context, ref string, options image.PullOptions) (io.ReadCloser, error)

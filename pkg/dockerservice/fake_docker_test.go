@@ -52,6 +52,8 @@ type fakeDocker struct {
 
 	pingErr  error
 	startErr error
+	// layersSize is what DiskUsage reports for images.
+	layersSize int64
 	// removeErr makes ContainerRemove fail (the container stays).
 	removeErr error
 	// createErrAfter makes creates fail after making the container, as a
@@ -132,6 +134,14 @@ func (f *fakeDocker) Info(context.Context) (system.Info, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.info, nil
+}
+
+// DiskUsage answers images only: diskUsage's layers size.
+func (f *fakeDocker) DiskUsage(_ context.Context, opts types.DiskUsageOptions) (types.DiskUsage, error) {
+	f.record("DiskUsage")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return types.DiskUsage{LayersSize: f.layersSize}, nil
 }
 
 func (f *fakeDocker) ImageInspect(_ context.Context, ref string, _ ...client.ImageInspectOption) (image.InspectResponse, error) {

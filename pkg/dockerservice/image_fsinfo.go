@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/system"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 )
@@ -46,12 +48,16 @@ func (ds *DockerService) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsI
 		return nil, err
 	}
 	usage := func(u fsUsage) []*runtimeapi.FilesystemUsage {
-		return []*runtimeapi.FilesystemUsage{{
-			Timestamp:  st.at.UnixNano(),
-			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: st.mountpoint},
-			UsedBytes:  &runtimeapi.UInt64Value{Value: u.bytes},
-			InodesUsed: &runtimeapi.UInt64Value{Value: u.inodes},
-		}}
+		fu := &runtimeapi.FilesystemUsage{
+			Timestamp: st.at.UnixNano(),
+			FsId:      &runtimeapi.FilesystemIdentifier{Mountpoint: st.mountpoint},
+			UsedBytes: &runtimeapi.UInt64Value{Value: u.bytes},
+		}
+		// kubelet reads a missing inode count as unknown, not as zero.
+		if !st.inodesUnknown {
+			fu.InodesUsed = &runtimeapi.UInt64Value{Value: u.inodes}
+		}
+		return []*runtimeapi.FilesystemUsage{fu}
 	}
 	return &runtimeapi.ImageFsInfoResponse{
 		ImageFilesystems:     usage(st.images),
@@ -71,6 +77,9 @@ type fsStats struct {
 	at                 time.Time
 	mountpoint         string
 	images, containers fsUsage
+	// inodesUnknown is set on the containerd image store, where usage
+	// comes from Docker's disk usage API, which counts no inodes.
+	inodesUnknown bool
 }
 
 // fsUsageCache serves the last measurement and refreshes it in the
@@ -160,13 +169,16 @@ func (ds *DockerService) measureFsUsage(ctx context.Context, layers map[string]f
 		return nil, nil, "", fmt.Errorf("docker reports no root dir or storage driver (root %q, driver %q)", info.DockerRootDir, info.Driver)
 	}
 	at := time.Now()
+	if usesContainerdStore(info) {
+		return ds.measureContainerdStore(ctx, info, at)
+	}
 	driverDir := filepath.Join(info.DockerRootDir, info.Driver)
 	st, err := os.Stat(driverDir)
 	if err != nil {
-		// Not a graph driver with a directory of its own (e.g. the
-		// containerd image store): report the root dir, usage unknown.
+		// Not a graph driver with a directory of its own: report the
+		// root dir, usage unknown.
 		klog.V(4).InfoS("Storage driver has no directory; image filesystem usage not measured", "dir", driverDir, "err", err)
-		return &fsStats{at: at, mountpoint: info.DockerRootDir}, nil, "", nil
+		return &fsStats{at: at, mountpoint: info.DockerRootDir, inodesUnknown: true}, nil, "", nil
 	}
 	dev := st.Sys().(*syscall.Stat_t).Dev
 	if layersOf != driverDir {
@@ -273,4 +285,41 @@ func diskUsage(root string, dev uint64) fsUsage {
 		return nil
 	})
 	return u
+}
+
+// containerdSnapshotter is the driver-type Docker reports in DriverStatus
+// when images live in containerd's image store (the default from Docker
+// 29): the "driver" is a containerd snapshotter.
+const containerdSnapshotter = "io.containerd.snapshotter.v1"
+
+func usesContainerdStore(info system.Info) bool {
+	for _, kv := range info.DriverStatus {
+		if len(kv) == 2 && kv[0] == "driver-type" && kv[1] == containerdSnapshotter {
+			return true
+		}
+	}
+	return false
+}
+
+// measureContainerdStore measures the containerd image store. Its layers
+// and snapshots live under containerd's root, whose path Docker does not
+// report, so there is no directory to walk: image usage is what Docker's
+// disk usage API counts for images (layers shared between images once;
+// committed snapshots' sizes are recorded by containerd, so asking costs
+// no walk), inodes are unknown, and the mountpoint is Docker's root dir,
+// on the same filesystem as containerd's root on a standard node (/var).
+// Containers' writable layers are reported per container by
+// ContainerStats; their sum is not measured here (it would walk every
+// active snapshot), so the container filesystem reports 0 bytes.
+func (ds *DockerService) measureContainerdStore(ctx context.Context, info system.Info, at time.Time) (*fsStats, map[string]fsUsage, string, error) {
+	du, err := ds.client.DiskUsage(ctx, types.DiskUsageOptions{Types: []types.DiskUsageObject{types.ImageObject}})
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("asking Docker for the image store's disk usage: %w", err)
+	}
+	return &fsStats{
+		at:            at,
+		mountpoint:    info.DockerRootDir,
+		images:        fsUsage{bytes: uint64(max(du.LayersSize, 0))},
+		inodesUnknown: true,
+	}, nil, "", nil
 }

@@ -173,6 +173,33 @@ func TestImageFsInfoWithoutDriverDir(t *testing.T) {
 	}
 }
 
+// On the containerd image store (Docker 29's default) there is no driver
+// directory to walk: image usage comes from Docker's disk usage API, the
+// mountpoint is Docker's root dir, and inodes are reported unknown rather
+// than zero.
+func TestImageFsInfoOnTheContainerdImageStore(t *testing.T) {
+	e := newTestEnv(t)
+	root := t.TempDir()
+	e.docker.mu.Lock()
+	e.docker.info = system.Info{DockerRootDir: root, Driver: "overlayfs", DriverStatus: [][2]string{{"driver-type", "io.containerd.snapshotter.v1"}}}
+	e.docker.layersSize = 47606330
+	e.docker.mu.Unlock()
+	resp := e.imageFsInfo(t)
+	img := resp.ImageFilesystems[0]
+	if mp := img.FsId.GetMountpoint(); mp != root {
+		t.Errorf("mountpoint %q, want the root dir %q", mp, root)
+	}
+	if got := img.GetUsedBytes().GetValue(); got != 47606330 {
+		t.Errorf("image fs used bytes %d, want Docker's layers size 47606330", got)
+	}
+	if img.InodesUsed != nil {
+		t.Errorf("image fs inodes %v, want unknown (nil)", img.InodesUsed)
+	}
+	if c := resp.ContainerFilesystems[0]; c.FsId.GetMountpoint() != root || c.UsedBytes == nil {
+		t.Errorf("container fs %v, want mountpoint %q and a used-bytes value", c, root)
+	}
+}
+
 func TestImageFsInfoFailsWithoutDockerInfo(t *testing.T) {
 	e := newTestEnv(t) // the fake reports no root dir
 	if _, err := e.ds.ImageFsInfo(context.Background(), &runtimeapi.ImageFsInfoRequest{}); err == nil {
