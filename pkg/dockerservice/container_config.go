@@ -61,6 +61,9 @@ type containerDockerInput struct {
 	pidTarget string
 	// apiVersion is the negotiated Docker API version.
 	apiVersion string
+	// selinux says SELinux is enabled on the host: only then can a mount's
+	// relabel request change anything.
+	selinux bool
 }
 
 // containerDockerConfig maps a CRI container config to Docker's. Errors
@@ -104,7 +107,7 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 	if err := setNamespaces(hc, in); err != nil {
 		return nil, nil, err
 	}
-	binds, mounts, err := containerMounts(cfg.GetMounts(), in.apiVersion)
+	binds, mounts, err := containerMounts(cfg.GetMounts(), in.apiVersion, in.selinux)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -199,7 +202,7 @@ func setNamespaces(hc *container.HostConfig, in containerDockerInput) error {
 // writable submount under a read-only volume writable. Docker 25 (API
 // 1.44) turned "ro" binds recursive, so from that API on the mount asks
 // for ReadOnlyNonRecursive; older engines do that for "ro" anyway.
-func containerMounts(ms []*runtimeapi.Mount, apiVersion string) (binds []string, mounts []mount.Mount, err error) {
+func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (binds []string, mounts []mount.Mount, err error) {
 	seen := map[string]bool{}
 	for _, m := range ms {
 		if m.GetImage().GetImage() != "" {
@@ -244,13 +247,16 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string) (binds []string,
 		if colon && m.GetSelinuxRelabel() {
 			return nil, nil, invalidArgf("mount %q -> %q: SELinux relabeling needs Docker's bind syntax, which cannot hold a ':' in a path", m.GetHostPath(), dst)
 		}
-		// Docker's mount API has no SELinux relabel: a read-only mount that
-		// asks for one keeps the bind syntax, which Docker 25+ makes
-		// recursively read-only. kubelet asks for relabeling (on SELinux
-		// nodes only) for the volumes it manages itself (secrets, config
-		// maps, projected, empty dirs), which have no submounts, so the
-		// difference does not show; refusing would break them all.
-		if colon || (nonRecursiveRO && !m.GetSelinuxRelabel()) {
+		// Docker's mount API has no SELinux relabel: on an SELinux host a
+		// read-only mount that asks for one keeps the bind syntax, which
+		// Docker 25+ makes recursively read-only. kubelet asks for
+		// relabeling (on SELinux nodes only) for the volumes it manages
+		// itself (secrets, config maps, projected, empty dirs), which have
+		// no submounts, so the difference does not show; refusing would
+		// break them all. Without SELinux on the host a relabel changes
+		// nothing (Docker skips it), so the request does not decide.
+		relabel := m.GetSelinuxRelabel() && selinux
+		if colon || (nonRecursiveRO && !relabel) {
 			bo := &mount.BindOptions{Propagation: propagation, ReadOnlyNonRecursive: nonRecursiveRO}
 			if !colon {
 				// As a bind does: a missing host path becomes a

@@ -347,6 +347,7 @@ func TestMountsPerAPIVersion(t *testing.T) {
 		name           string
 		mount          *runtimeapi.Mount // nil: none of the config's own
 		readonlyRootfs bool
+		selinux        bool // SELinux enabled on the host
 		// old is the answer below API 1.44, new from 1.44 on.
 		old, new want
 	}{
@@ -381,11 +382,21 @@ func TestMountsPerAPIVersion(t *testing.T) {
 			new:   want{binds: []string{"/rw:/rw:Z"}},
 		},
 		{
-			// Docker's mount API cannot relabel: the bind syntax stays.
-			name:  "read-only relabeled",
+			// Docker's mount API cannot relabel: on an SELinux host the
+			// bind syntax stays.
+			name:    "read-only relabeled on an SELinux host",
+			mount:   &runtimeapi.Mount{HostPath: "/ro", ContainerPath: "/ro", Readonly: true, SelinuxRelabel: true},
+			selinux: true,
+			old:     want{binds: []string{"/ro:/ro:ro,Z"}},
+			new:     want{binds: []string{"/ro:/ro:ro,Z"}},
+		},
+		{
+			// Without SELinux a relabel changes nothing, so the mount
+			// stays non-recursive (critest asks for both).
+			name:  "read-only relabeled without SELinux",
 			mount: &runtimeapi.Mount{HostPath: "/ro", ContainerPath: "/ro", Readonly: true, SelinuxRelabel: true},
 			old:   want{binds: []string{"/ro:/ro:ro,Z"}},
-			new:   want{binds: []string{"/ro:/ro:ro,Z"}},
+			new:   want{mounts: []mount.Mount{bind("/ro", "/ro", true, mount.BindOptions{ReadOnlyNonRecursive: true, CreateMountpoint: true})}},
 		},
 		{
 			name:  "read-write with a colon",
@@ -426,7 +437,7 @@ func TestMountsPerAPIVersion(t *testing.T) {
 			t.Run(api+"/"+c.name, func(t *testing.T) {
 				cfg := ctrConfig("m")
 				sc(cfg).ReadonlyRootfs = c.readonlyRootfs
-				in := containerDockerInput{cfg: cfg, sandboxID: "sb", apiVersion: api}
+				in := containerDockerInput{cfg: cfg, sandboxID: "sb", apiVersion: api, selinux: c.selinux}
 				if c.mount != nil {
 					cfg.Mounts = []*runtimeapi.Mount{c.mount}
 				} else {

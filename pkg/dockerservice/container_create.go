@@ -95,6 +95,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		sandboxNS:  sbInfo.nsOptions,
 		pidTarget:  pidTarget,
 		apiVersion: apiVersion,
+		selinux:    ds.containers.selinux,
 	}
 	if sbc.ContainerJSONBase != nil {
 		in.resolvConfPath, in.hostsPath = sbc.ResolvConfPath, sbc.HostsPath

@@ -3,6 +3,7 @@ package dockerservice
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 
@@ -35,6 +36,10 @@ type containerRuntime struct {
 	// whose pids are made up, replace it.
 	netnsPath func(containerID string, pid int) (string, error)
 
+	// selinux says SELinux is enabled on this host (selinuxfs mounted),
+	// read once: it decides whether a mount's relabel request matters.
+	selinux bool
+
 	mu sync.Mutex
 	// cgroupDriver is Docker's, read once: it cannot change without a
 	// dockerd restart, which kubelet does not survive either.
@@ -48,6 +53,7 @@ func newContainerRuntime(client DockerClient) *containerRuntime {
 		streams:  newLogStreams(logs),
 		stats:    newStatsReader(),
 		procRoot: "/proc",
+		selinux:  hostSELinuxEnabled(),
 	}
 	c.killExecTree = c.killInContainer
 	c.netnsPath = c.verifiedNetNSPath
@@ -86,4 +92,11 @@ func (ds *DockerService) RuntimeConfig(ctx context.Context, _ *runtimeapi.Runtim
 		c.cgroupDriver = &d
 	}
 	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: *c.cgroupDriver}}, nil
+}
+
+// hostSELinuxEnabled says whether the kernel has SELinux enabled: selinuxfs
+// is mounted only then.
+func hostSELinuxEnabled() bool {
+	_, err := os.Stat("/sys/fs/selinux/enforce")
+	return err == nil
 }
