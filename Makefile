@@ -151,11 +151,11 @@ e2e-faults:
 e2e-kubelet:
 	@hack/e2e-kubelet.sh
 
-## test: lint, unit, fuzz, e2e, e2e-faults, conformance (critest) and e2e-kubelet (all run; fails if any failed)
+## test: lint, unit, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29) and e2e-kubelet (all run; fails if any failed)
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit fuzz e2e e2e-faults conformance e2e-kubelet; do \
+	for t in lint unit fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \
@@ -163,7 +163,7 @@ test:
 	echo "make test: $${summary[*]}"; \
 	exit $$failed
 
-## test-docker29: e2e and conformance on the private Docker 29 engine (root; not part of `make test`)
+## test-docker29: e2e and conformance on the private Docker 29 engine (root; part of `make test`)
 test-docker29:
 	@summary=(); failed=0; \
 	for t in e2e conformance; do \
