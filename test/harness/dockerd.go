@@ -194,6 +194,9 @@ func (d *Dockerd) remove(t testing.TB) {
 			t.Logf("cleanup: %v", err)
 		}
 	}
+	if n := killStrays("/proc", d.Dir); n > 0 {
+		t.Logf("cleanup: killed %d container process(es) and shim(s) the private dockerd left running", n)
+	}
 	// dockerd unmounts what it mounted on a clean stop; anything left is
 	// unmounted lazily so the directory can go.
 	if out, err := RunCmd("sh", "-c", fmt.Sprintf("grep -o ' %s[^ ]*' /proc/self/mounts | sort -r | xargs -r umount -l", d.Dir)); err != nil {
