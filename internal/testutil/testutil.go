@@ -4,6 +4,7 @@ package testutil
 
 import (
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,4 +43,20 @@ func ProcState(pid int) string {
 		return ""
 	}
 	return f[0]
+}
+
+// Sleeper starts a real host process that lives until killed (a stand-in
+// for a container's or exec's process); the test kills and reaps it at the
+// end if it is still there.
+func Sleeper(t testing.TB) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting sleep: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+	})
+	return cmd
 }

@@ -154,14 +154,7 @@ func TestExecOutputIsBounded(t *testing.T) {
 // killer is used.
 func (e *execEnv) strangerExec(t *testing.T, cgroup string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command("sleep", "300")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting sleep: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_, _ = cmd.Process.Wait()
-	})
+	cmd := testutil.Sleeper(t)
 	pid := cmd.Process.Pid
 	procRoot := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(procRoot, strconv.Itoa(pid)), 0o755); err != nil {

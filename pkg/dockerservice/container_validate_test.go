@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -92,16 +91,7 @@ func TestValidateContainerSpec(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := ctrConfig("c")
 			tc.mutate(cfg)
-			err := validateContainerSpec(cfg)
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("valid config refused: %v", err)
-				}
-				return
-			}
-			if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("got %v (code %v), want InvalidArgument mentioning %q", err, codeOf(err), tc.wantErr)
-			}
+			requireInvalidArgument(t, validateContainerSpec(cfg), tc.wantErr)
 		})
 	}
 }

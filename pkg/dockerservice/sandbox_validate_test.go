@@ -93,14 +93,9 @@ func TestValidateSandboxConfig(t *testing.T) {
 				m(cfg)
 			}
 			err := validateSandboxConfig(cfg)
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("valid config refused: %v", err)
-				}
+			requireInvalidArgument(t, err, tc.wantErr)
+			if err == nil {
 				return
-			}
-			if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("got %v (code %v), want InvalidArgument mentioning %q", err, codeOf(err), tc.wantErr)
 			}
 			if len(err.Error()) > 600 {
 				t.Errorf("message is %d bytes long: a hostile value must be cut short", len(err.Error()))
@@ -160,5 +155,20 @@ func TestReadSeccompProfile(t *testing.T) {
 				t.Fatalf("read %d bytes from %s, want an error", len(data), path)
 			}
 		})
+	}
+}
+
+// requireInvalidArgument checks a validation result: no error when wantErr
+// is empty, else InvalidArgument with a message mentioning wantErr.
+func requireInvalidArgument(t *testing.T, err error, wantErr string) {
+	t.Helper()
+	if wantErr == "" {
+		if err != nil {
+			t.Fatalf("valid config refused: %v", err)
+		}
+		return
+	}
+	if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), wantErr) {
+		t.Fatalf("got %v (code %v), want InvalidArgument mentioning %q", err, codeOf(err), wantErr)
 	}
 }

@@ -19,21 +19,6 @@ const (
 	otherID = "99deadbeef99deadbeef99deadbeef99deadbeef99deadbeef99deadbeef9999"
 )
 
-// sleeper starts a real process that lives until killed; the test kills
-// and reaps it at the end if it is still there.
-func sleeper(t *testing.T) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command("sleep", "300")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting sleep: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_, _ = cmd.Process.Wait()
-	})
-	return cmd
-}
-
 // deadPid returns the pid of a process that has exited and been reaped.
 func deadPid(t *testing.T) int {
 	t.Helper()
@@ -70,7 +55,7 @@ func alive(pid int) bool {
 // A handle keeps naming the process it was opened on: once that process
 // has exited, signals through it fail whoever holds the pid now.
 func TestHandleDoesNotOutliveItsProcess(t *testing.T) {
-	cmd := sleeper(t)
+	cmd := testutil.Sleeper(t)
 	p, err := Open(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +122,7 @@ func TestInContainer(t *testing.T) {
 // A pid that Docker reported for a container but that now names a process
 // outside it (its pid was reused) is neither stopped nor killed.
 func TestKillInContainerLeavesAReusedPidAlone(t *testing.T) {
-	cmd := sleeper(t)
+	cmd := testutil.Sleeper(t)
 	pid := cmd.Process.Pid
 	root := fakeProc(t, map[int]string{pid: "0::/system.slice/docker-" + otherID + ".scope\n"})
 	if err := KillInContainer(root, pid, ctrID); !errors.Is(err, ErrNotInContainer) {
@@ -149,7 +134,7 @@ func TestKillInContainerLeavesAReusedPidAlone(t *testing.T) {
 }
 
 func TestKillInContainerKillsItsProcess(t *testing.T) {
-	cmd := sleeper(t)
+	cmd := testutil.Sleeper(t)
 	pid := cmd.Process.Pid
 	root := fakeProc(t, map[int]string{pid: "0::/docker/" + ctrID + "\n"})
 	if err := KillInContainer(root, pid, ctrID); err != nil {
@@ -242,7 +227,7 @@ func TestParseParentPid(t *testing.T) {
 // Without pidfds (old kernels, seccomp), a handle falls back to the pid:
 // it still tells a live process from a gone one.
 func TestHandleWithoutPidfd(t *testing.T) {
-	cmd := sleeper(t)
+	cmd := testutil.Sleeper(t)
 	p := &Process{pid: cmd.Process.Pid, fd: -1}
 	if err := p.Check(func(int) error { return nil }); err != nil {
 		t.Fatalf("Check on a live process: %v", err)
