@@ -75,6 +75,11 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	// from interleaving with the setup, its checkpoint writes or its undo.
 	unlock, err := ds.lifecycle.Lock(backgroundCtx(ctx), id)
 	if err != nil {
+		// Cannot happen with a context that is never cancelled; if it
+		// ever did, the container just made must not be left behind.
+		if rerr := ds.removeContainer(backgroundCtx(ctx), id); rerr != nil {
+			klog.ErrorS(rerr, "Failed to remove the infra container of a sandbox that could not be locked", "podSandboxID", id)
+		}
 		return nil, fmt.Errorf("locking new sandbox %s: %w", id, err)
 	}
 	defer unlock()
