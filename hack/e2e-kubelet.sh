@@ -158,7 +158,9 @@ if [[ -z "${NETSHIM_BIN:-}" ]]; then
   "$GO" build -ldflags "-X github.com/netshim/netshim/pkg/version.Version=$version" -o "$OUT/netshim" ./cmd/netshim
 fi
 "$ROOT/hack/build-crictl.sh" crictl
-"$ROOT/hack/build-kubelet.sh"
+KUBELET_MINOR=${KUBELET_MINOR:-v1.36}
+KUBELET="$OUT/kubelet-$KUBELET_MINOR"
+"$ROOT/hack/build-kubelet.sh" build "$KUBELET_MINOR"
 # Compile the checks before anything starts: a compile error is not a test run.
 "$GO" test -c -tags kubelet -o "$OUT/e2e-kubelet.test" ./test/e2e-kubelet
 
@@ -466,7 +468,7 @@ for ((i = 0; i < 300; i++)); do
 done
 crictl version >/dev/null || die "netshim does not answer on $NETSHIM_SOCK"
 
-echo "==> kubelet $("$OUT/kubelet" --version) standalone (root dir $KUBELET_DIR)"
+echo "==> kubelet $("$KUBELET" --version) standalone (root dir $KUBELET_DIR)"
 cat >"$TMP/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -503,7 +505,7 @@ evictionHard:
   imagefs.available: "1%"
 YAML
 cp "$TMP/kubelet.yaml" "$ARTIFACTS/kubelet.yaml"
-setsid "$OUT/kubelet" \
+setsid "$KUBELET" \
   --config="$TMP/kubelet.yaml" \
   --root-dir="$KUBELET_DIR" \
   --cert-dir="$KUBELET_DIR/pki" \
