@@ -402,7 +402,9 @@ func (f *badInputFixture) cases() []badCase {
 	resources("negative cpu quota", func(r *runtimeapi.LinuxContainerResources) { r.CpuQuota = -100 }, "cpu_quota -100")
 	resources("tiny cpu period", func(r *runtimeapi.LinuxContainerResources) { r.CpuPeriod = 1 }, "cpu_period 1")
 	resources("absurd cpu period", func(r *runtimeapi.LinuxContainerResources) { r.CpuPeriod = 1 << 40 }, "cpu_period")
-	resources("negative memory", func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -1 }, "memory_limit_in_bytes -1")
+	resources("negative memory", func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -2 }, "memory_limit_in_bytes -2")
+	resources("bad unified value", func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"pids.max": "-3"} }, "pids.max")
+	resources("swap without memory", func(r *runtimeapi.LinuxContainerResources) { r.MemorySwapLimitInBytes = 64 << 20 }, "needs memory_limit_in_bytes")
 	resources("oom score out of range", func(r *runtimeapi.LinuxContainerResources) { r.OomScoreAdj = 5000 }, "oom_score_adj 5000")
 	resources("bad cpuset", func(r *runtimeapi.LinuxContainerResources) { r.CpusetCpus = "0-" }, "cpuset_cpus")
 
@@ -478,7 +480,7 @@ func (f *badInputFixture) cases() []badCase {
 	update("negative cpu shares", &runtimeapi.LinuxContainerResources{CpuShares: -2}, "cpu_shares -2")
 	update("negative memory", &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -4096}, "memory_limit_in_bytes -4096")
 	update("tiny cpu quota", &runtimeapi.LinuxContainerResources{CpuQuota: 5}, "cpu_quota 5")
-	update("unified", &runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "1"}}, "unified")
+	update("unified garbage", &runtimeapi.LinuxContainerResources{Unified: map[string]string{"cpu.max": "max 1"}}, "cpu.max", "period")
 	add("ReopenContainerLog", "not running", codes.FailedPrecondition, func(ctx context.Context) error {
 		_, err := rt.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: f.created})
 		return err

@@ -1,6 +1,7 @@
 package dockerservice
 
 import (
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -144,8 +145,10 @@ type errString string
 func (e errString) Error() string { return string(e) }
 
 // validateResources refuses limits the kernel or Docker cannot take. Zero
-// means "not set" for every field, as for Docker. Used by CreateContainer
-// and UpdateContainerResources.
+// means "not set" for every field, as for Docker; -1 means "no limit" for
+// cpu_quota, memory_limit_in_bytes and memory_swap_limit_in_bytes (as for
+// runc), which is how an update lifts a limit. Used by CreateContainer and
+// UpdateContainerResources.
 func validateResources(what string, res *runtimeapi.LinuxContainerResources) error {
 	if res == nil {
 		return nil
@@ -164,8 +167,8 @@ func validateResources(what string, res *runtimeapi.LinuxContainerResources) err
 		return invalidArgf("%s: cpu_quota %d is invalid: want 0 (unset), -1 (no limit) or at least %d microseconds", what, q, minCPUQuota)
 	}
 	mem, swap := res.GetMemoryLimitInBytes(), res.GetMemorySwapLimitInBytes()
-	if mem < 0 {
-		return invalidArgf("%s: memory_limit_in_bytes %d is negative", what, mem)
+	if mem < -1 {
+		return invalidArgf("%s: memory_limit_in_bytes %d is invalid: want 0 (unset), -1 (no limit) or a byte count", what, mem)
 	}
 	if swap < -1 {
 		return invalidArgf("%s: memory_swap_limit_in_bytes %d is invalid: want 0 (unset), -1 (no limit) or a byte count", what, swap)
@@ -180,6 +183,11 @@ func validateResources(what string, res *runtimeapi.LinuxContainerResources) err
 		if !validCPUSet(f.v) {
 			return invalidArgf("%s: %s %s is not a list like 0-3,5", what, f.field, shortQuote(f.v))
 		}
+	}
+	// The unified (cgroup v2) entries Docker has a field for must be
+	// well-formed and agree with the fields; the others are not read.
+	if _, err := resolveResources(res); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -224,3 +232,4 @@ func validateAppArmorProfile(what string, p *runtimeapi.SecurityProfile) error {
 }
 
 func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 }
+

@@ -61,7 +61,17 @@ func TestValidateContainerSpec(t *testing.T) {
 		{"negative period", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuPeriod = -100000 }), "cpu_period"},
 		{"negative quota", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuQuota = -5 }), "cpu_quota -5"},
 		{"tiny quota", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuQuota = 10 }), "cpu_quota 10"},
-		{"negative memory", res(func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -1 }), "memory_limit_in_bytes -1"},
+		{"negative memory", res(func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -2 }), "memory_limit_in_bytes -2"},
+		{"no memory limit", res(func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -1 }), ""},
+		{"unified garbage", res(func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"memory.swap.max": "lots"} }), "memory.swap.max"},
+		{"unified contradicts field", res(func(r *runtimeapi.LinuxContainerResources) {
+			r.MemoryLimitInBytes, r.Unified = 64<<20, map[string]string{"memory.max": "max"}
+		}), "contradicts memory_limit_in_bytes"},
+		{"swap said twice", res(func(r *runtimeapi.LinuxContainerResources) {
+			r.MemoryLimitInBytes, r.MemorySwapLimitInBytes, r.Unified = 64<<20, 64<<20, map[string]string{"memory.swap.max": "0"}
+		}), "both limit swap"},
+		{"cpu.max tiny quota", res(func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"cpu.max": "10 100000"} }), "cpu.max"},
+		{"unknown unified key", res(func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"io.weight": "default 100"} }), ""},
 		{"negative swap", res(func(r *runtimeapi.LinuxContainerResources) { r.MemorySwapLimitInBytes = -2 }), "memory_swap_limit_in_bytes -2"},
 		{"swap below memory", res(func(r *runtimeapi.LinuxContainerResources) {
 			r.MemoryLimitInBytes, r.MemorySwapLimitInBytes = 2<<20, 1<<20
