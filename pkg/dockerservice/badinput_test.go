@@ -481,6 +481,10 @@ func (f *badInputFixture) cases() []badCase {
 	update("negative memory", &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -4096}, "memory_limit_in_bytes -4096")
 	update("tiny cpu quota", &runtimeapi.LinuxContainerResources{CpuQuota: 5}, "cpu_quota 5")
 	update("unified garbage", &runtimeapi.LinuxContainerResources{Unified: map[string]string{"cpu.max": "max 1"}}, "cpu.max", "period")
+	add("UpdateContainerResources", "windows only", codes.InvalidArgument, func(ctx context.Context) error {
+		_, err := rt.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: f.running, Windows: &runtimeapi.WindowsContainerResources{CpuShares: 2}})
+		return err
+	}, "only Windows resources")
 	add("ReopenContainerLog", "not running", codes.FailedPrecondition, func(ctx context.Context) error {
 		_, err := rt.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: f.created})
 		return err
