@@ -566,6 +566,19 @@ func (f *badInputFixture) cases() []badCase {
 		return err
 	})
 
+	// UpdatePodSandboxResources: nothing to do for Docker, but the sandbox
+	// must exist.
+	sbUpdate := func(name string, code codes.Code, id string, msg ...string) {
+		add("UpdatePodSandboxResources", name, code, func(ctx context.Context) error {
+			_, err := rt.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: id, Resources: &runtimeapi.LinuxContainerResources{CpuShares: 2}})
+			return err
+		}, msg...)
+	}
+	sbUpdate("empty id", codes.InvalidArgument, "", "pod sandbox ID is required")
+	sbUpdate("unknown id", codes.NotFound, f.unknown, f.unknown, "not found")
+	sbUpdate("container id", codes.NotFound, f.created, "is a container")
+	sbUpdate("known sandbox", codes.OK, f.sandboxID)
+
 	// Not implemented: the answer says so and names the RPC.
 	unimpl := func(method string, call func(context.Context) error) {
 		add(method, "unimplemented", codes.Unimplemented, call, method)
@@ -596,10 +609,6 @@ func (f *badInputFixture) cases() []badCase {
 	})
 	unimpl("ListPodSandboxMetrics", func(ctx context.Context) error {
 		_, err := rt.ListPodSandboxMetrics(ctx, &runtimeapi.ListPodSandboxMetricsRequest{})
-		return err
-	})
-	unimpl("UpdatePodSandboxResources", func(ctx context.Context) error {
-		_, err := rt.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: f.created})
 		return err
 	})
 	unimpl("StreamPodSandboxes", func(ctx context.Context) error {
