@@ -329,6 +329,9 @@ func (f *badInputFixture) cases() []badCase {
 	run("dns search injection", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.DnsConfig.Searches = []string{"svc\nnameserver 6.6.6.6"} }), "search domain")
 	run("dns server not an IP", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.DnsConfig.Servers = []string{"dns.example"} }), "server", "dns.example")
 	run("unknown runtime handler", func(r *runtimeapi.RunPodSandboxRequest) { r.RuntimeHandler = "kata" }, "runtime handler", `"kata"`)
+	run("strict supplemental groups", secOf(func(sc *runtimeapi.LinuxSandboxSecurityContext) {
+		sc.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
+	}), "pod sandbox", "Strict is not supported by the Docker engine")
 	run("user namespace", secOf(func(sc *runtimeapi.LinuxSandboxSecurityContext) {
 		sc.NamespaceOptions = &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}
 	}), "user namespaces")
@@ -405,6 +408,9 @@ func (f *badInputFixture) cases() []badCase {
 	resources("negative memory", func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -2 }, "memory_limit_in_bytes -2")
 	resources("bad unified value", func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"pids.max": "-3"} }, "pids.max")
 	resources("swap without memory", func(r *runtimeapi.LinuxContainerResources) { r.MemorySwapLimitInBytes = 64 << 20 }, "needs memory_limit_in_bytes")
+	ctr("strict supplemental groups", func(c *runtimeapi.ContainerConfig) {
+		c.Linux.SecurityContext.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
+	}, "Strict is not supported by the Docker engine")
 	resources("oom score out of range", func(r *runtimeapi.LinuxContainerResources) { r.OomScoreAdj = 5000 }, "oom_score_adj 5000")
 	resources("bad cpuset", func(r *runtimeapi.LinuxContainerResources) { r.CpusetCpus = "0-" }, "cpuset_cpus")
 

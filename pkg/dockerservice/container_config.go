@@ -376,9 +376,6 @@ func setSecurityContext(config *container.Config, hc *container.HostConfig, sc *
 	for _, g := range sc.GetSupplementalGroups() {
 		hc.GroupAdd = append(hc.GroupAdd, strconv.FormatInt(g, 10))
 	}
-	if sc.GetSupplementalGroupsPolicy() == runtimeapi.SupplementalGroupsPolicy_Strict {
-		return invalidArgf("supplemental groups policy Strict is not supported: Docker always adds the groups the image's /etc/group gives the user")
-	}
 
 	if caps := sc.GetCapabilities(); caps != nil {
 		if len(caps.GetAddAmbientCapabilities()) > 0 {

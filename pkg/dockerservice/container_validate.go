@@ -57,6 +57,9 @@ func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
 	if err := validateIDs(what, sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups()); err != nil {
 		return err
 	}
+	if err := validateGroupsPolicy(what, sc.GetSupplementalGroupsPolicy()); err != nil {
+		return err
+	}
 	if err := validateSeccompProfile(what, sc.GetSeccomp()); err != nil {
 		return err
 	}
@@ -233,3 +236,17 @@ func validateAppArmorProfile(what string, p *runtimeapi.SecurityProfile) error {
 
 func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 }
 
+// validateGroupsPolicy refuses SupplementalGroupsPolicy Strict: Docker
+// always merges the groups the image's /etc/group gives the user into the
+// process's (Merge), with no way to turn that off, so Strict would run the
+// pod with groups it asked not to have. Status advertises the feature as
+// unsupported, so kubelet 1.33+ already rejects such pods at admission.
+func validateGroupsPolicy(what string, p runtimeapi.SupplementalGroupsPolicy) error {
+	switch p {
+	case runtimeapi.SupplementalGroupsPolicy_Merge:
+		return nil
+	case runtimeapi.SupplementalGroupsPolicy_Strict:
+		return invalidArgf("%s: supplemental groups policy Strict is not supported by the Docker engine: Docker always adds the groups the image's /etc/group gives the user (Merge); remove supplementalGroupsPolicy: Strict from the pod", what)
+	}
+	return invalidArgf("%s: unknown supplemental groups policy %d", what, p)
+}

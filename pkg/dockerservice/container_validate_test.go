@@ -72,6 +72,10 @@ func TestValidateContainerSpec(t *testing.T) {
 		}), "both limit swap"},
 		{"cpu.max tiny quota", res(func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"cpu.max": "10 100000"} }), "cpu.max"},
 		{"unknown unified key", res(func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"io.weight": "default 100"} }), ""},
+		{"strict groups", sec(func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
+		}), "supplemental groups policy Strict is not supported by the Docker engine"},
+		{"unknown groups policy", sec(func(s *runtimeapi.LinuxContainerSecurityContext) { s.SupplementalGroupsPolicy = 9 }), "supplemental groups policy 9"},
 		{"negative swap", res(func(r *runtimeapi.LinuxContainerResources) { r.MemorySwapLimitInBytes = -2 }), "memory_swap_limit_in_bytes -2"},
 		{"swap below memory", res(func(r *runtimeapi.LinuxContainerResources) {
 			r.MemoryLimitInBytes, r.MemorySwapLimitInBytes = 2<<20, 1<<20
