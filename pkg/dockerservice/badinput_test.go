@@ -411,6 +411,9 @@ func (f *badInputFixture) cases() []badCase {
 	ctr("strict supplemental groups", func(c *runtimeapi.ContainerConfig) {
 		c.Linux.SecurityContext.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
 	}, "Strict is not supported by the Docker engine")
+	ctr("image volume on API 1.41", func(c *runtimeapi.ContainerConfig) {
+		c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/img", Image: &runtimeapi.ImageSpec{Image: testImageID}}}
+	}, "image volumes need Docker 28 (API 1.48)", "speaks API 1.41")
 	resources("oom score out of range", func(r *runtimeapi.LinuxContainerResources) { r.OomScoreAdj = 5000 }, "oom_score_adj 5000")
 	resources("bad cpuset", func(r *runtimeapi.LinuxContainerResources) { r.CpusetCpus = "0-" }, "cpuset_cpus")
 

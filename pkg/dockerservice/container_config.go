@@ -206,8 +206,13 @@ func setNamespaces(hc *container.HostConfig, in containerDockerInput) error {
 func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (binds []string, mounts []mount.Mount, err error) {
 	seen := map[string]bool{}
 	for _, m := range ms {
-		if m.GetImage().GetImage() != "" {
-			return nil, nil, invalidArgf("mount %s: image volumes are not supported by Docker API 1.41", m.GetContainerPath())
+		if isImageMount(m) {
+			mt, err := imageVolumeMount(m, apiVersion, seen)
+			if err != nil {
+				return nil, nil, err
+			}
+			mounts = append(mounts, mt)
+			continue
 		}
 		if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
 			return nil, nil, invalidArgf("mount %s: id-mapped mounts are not supported (Docker has no per-container user namespace)", m.GetContainerPath())

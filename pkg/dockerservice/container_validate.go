@@ -90,14 +90,21 @@ func validateProcess(what string, cfg *runtimeapi.ContainerConfig) error {
 }
 
 // validateMounts checks the host side of every mount: an absolute path
-// without '..' (what kubelet sends). Docker reads a relative host path as
-// the name of a volume it creates.
+// without '..' (what kubelet sends), or an image for an image volume.
+// Docker reads a relative host path as the name of a volume it creates.
 func validateMounts(what string, ms []*runtimeapi.Mount) error {
 	for i, m := range ms {
 		if m == nil {
 			return invalidArgf("%s: mount %d is empty", what, i)
 		}
-		if err := checkHostPath(m.GetHostPath()); err != nil {
+		// image_sub_path is ignored on other mounts: kubelet copies a
+		// volume's subPath there for every mount of a pod that has an
+		// image volume, after applying it to the host path already.
+		if isImageMount(m) {
+			if err := validateImageMount(what, m); err != nil {
+				return err
+			}
+		} else if err := checkHostPath(m.GetHostPath()); err != nil {
 			return invalidArgf("%s: mount %s: host path %s %v", what, shortQuote(m.GetContainerPath()), shortQuote(m.GetHostPath()), err)
 		}
 		if p := m.GetContainerPath(); !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {

@@ -76,6 +76,21 @@ func TestValidateContainerSpec(t *testing.T) {
 			s.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
 		}), "supplemental groups policy Strict is not supported by the Docker engine"},
 		{"unknown groups policy", sec(func(s *runtimeapi.LinuxContainerSecurityContext) { s.SupplementalGroupsPolicy = 9 }), "supplemental groups policy 9"},
+		{"image volume with host path", func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/data", ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: testImageID}}}
+		}, "both a host path and an image"},
+		{"image volume sub path climbs", func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: testImageID}, ImageSubPath: "../etc"}}
+		}, "image_sub_path"},
+		{"image volume bad image", func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: "sha256:XYZ"}}}
+		}, "image volume"},
+		{"image volume ok", func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: testImageID}, ImageSubPath: "usr/share"}}
+		}, ""},
+		{"sub path on a host path mount is ignored", func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/data/sub", ContainerPath: "/data", ImageSubPath: "sub"}}
+		}, ""},
 		{"negative swap", res(func(r *runtimeapi.LinuxContainerResources) { r.MemorySwapLimitInBytes = -2 }), "memory_swap_limit_in_bytes -2"},
 		{"swap below memory", res(func(r *runtimeapi.LinuxContainerResources) {
 			r.MemoryLimitInBytes, r.MemorySwapLimitInBytes = 2<<20, 1<<20
