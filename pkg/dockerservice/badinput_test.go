@@ -329,6 +329,9 @@ func (f *badInputFixture) cases() []badCase {
 	run("dns search injection", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.DnsConfig.Searches = []string{"svc\nnameserver 6.6.6.6"} }), "search domain")
 	run("dns server not an IP", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.DnsConfig.Servers = []string{"dns.example"} }), "server", "dns.example")
 	run("unknown runtime handler", func(r *runtimeapi.RunPodSandboxRequest) { r.RuntimeHandler = "kata" }, "runtime handler", `"kata"`)
+	run("strict supplemental groups", secOf(func(sc *runtimeapi.LinuxSandboxSecurityContext) {
+		sc.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
+	}), "pod sandbox", "Strict is not supported by the Docker engine")
 	run("user namespace", secOf(func(sc *runtimeapi.LinuxSandboxSecurityContext) {
 		sc.NamespaceOptions = &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}
 	}), "user namespaces")
@@ -402,7 +405,15 @@ func (f *badInputFixture) cases() []badCase {
 	resources("negative cpu quota", func(r *runtimeapi.LinuxContainerResources) { r.CpuQuota = -100 }, "cpu_quota -100")
 	resources("tiny cpu period", func(r *runtimeapi.LinuxContainerResources) { r.CpuPeriod = 1 }, "cpu_period 1")
 	resources("absurd cpu period", func(r *runtimeapi.LinuxContainerResources) { r.CpuPeriod = 1 << 40 }, "cpu_period")
-	resources("negative memory", func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -1 }, "memory_limit_in_bytes -1")
+	resources("negative memory", func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -2 }, "memory_limit_in_bytes -2")
+	resources("bad unified value", func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"pids.max": "-3"} }, "pids.max")
+	resources("swap without memory", func(r *runtimeapi.LinuxContainerResources) { r.MemorySwapLimitInBytes = 64 << 20 }, "needs memory_limit_in_bytes")
+	ctr("strict supplemental groups", func(c *runtimeapi.ContainerConfig) {
+		c.Linux.SecurityContext.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
+	}, "Strict is not supported by the Docker engine")
+	ctr("image volume on API 1.41", func(c *runtimeapi.ContainerConfig) {
+		c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/img", Image: &runtimeapi.ImageSpec{Image: testImageID}}}
+	}, "image volumes need Docker 28 (API 1.48)", "speaks API 1.41")
 	resources("oom score out of range", func(r *runtimeapi.LinuxContainerResources) { r.OomScoreAdj = 5000 }, "oom_score_adj 5000")
 	resources("bad cpuset", func(r *runtimeapi.LinuxContainerResources) { r.CpusetCpus = "0-" }, "cpuset_cpus")
 
@@ -478,7 +489,11 @@ func (f *badInputFixture) cases() []badCase {
 	update("negative cpu shares", &runtimeapi.LinuxContainerResources{CpuShares: -2}, "cpu_shares -2")
 	update("negative memory", &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -4096}, "memory_limit_in_bytes -4096")
 	update("tiny cpu quota", &runtimeapi.LinuxContainerResources{CpuQuota: 5}, "cpu_quota 5")
-	update("unified", &runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "1"}}, "unified")
+	update("unified garbage", &runtimeapi.LinuxContainerResources{Unified: map[string]string{"cpu.max": "max 1"}}, "cpu.max", "period")
+	add("UpdateContainerResources", "windows only", codes.InvalidArgument, func(ctx context.Context) error {
+		_, err := rt.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: f.running, Windows: &runtimeapi.WindowsContainerResources{CpuShares: 2}})
+		return err
+	}, "only Windows resources")
 	add("ReopenContainerLog", "not running", codes.FailedPrecondition, func(ctx context.Context) error {
 		_, err := rt.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: f.created})
 		return err
@@ -560,6 +575,19 @@ func (f *badInputFixture) cases() []badCase {
 		return err
 	})
 
+	// UpdatePodSandboxResources: nothing to do for Docker, but the sandbox
+	// must exist.
+	sbUpdate := func(name string, code codes.Code, id string, msg ...string) {
+		add("UpdatePodSandboxResources", name, code, func(ctx context.Context) error {
+			_, err := rt.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: id, Resources: &runtimeapi.LinuxContainerResources{CpuShares: 2}})
+			return err
+		}, msg...)
+	}
+	sbUpdate("empty id", codes.InvalidArgument, "", "pod sandbox ID is required")
+	sbUpdate("unknown id", codes.NotFound, f.unknown, f.unknown, "not found")
+	sbUpdate("container id", codes.NotFound, f.created, "is a container")
+	sbUpdate("known sandbox", codes.OK, f.sandboxID)
+
 	// Not implemented: the answer says so and names the RPC.
 	unimpl := func(method string, call func(context.Context) error) {
 		add(method, "unimplemented", codes.Unimplemented, call, method)
@@ -590,10 +618,6 @@ func (f *badInputFixture) cases() []badCase {
 	})
 	unimpl("ListPodSandboxMetrics", func(ctx context.Context) error {
 		_, err := rt.ListPodSandboxMetrics(ctx, &runtimeapi.ListPodSandboxMetricsRequest{})
-		return err
-	})
-	unimpl("UpdatePodSandboxResources", func(ctx context.Context) error {
-		_, err := rt.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: f.created})
 		return err
 	})
 	unimpl("StreamPodSandboxes", func(ctx context.Context) error {

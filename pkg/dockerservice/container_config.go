@@ -11,7 +11,6 @@ import (
 	"github.com/docker/docker/api/types/strslice"
 	"github.com/docker/docker/api/types/versions"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	"k8s.io/klog/v2"
 )
 
 // This file maps a CRI ContainerConfig to Docker's Config and HostConfig.
@@ -125,7 +124,9 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 		hc.Devices = append(hc.Devices, container.DeviceMapping{PathOnHost: d.GetHostPath(), PathInContainer: d.GetContainerPath(), CgroupPermissions: perms})
 	}
 
-	ds.setResources(&hc.Resources, &hc.OomScoreAdj, linux.GetResources(), cfg.GetMetadata().GetName())
+	if err := ds.setResources(&hc.Resources, &hc.OomScoreAdj, linux.GetResources(), cfg.GetMetadata().GetName()); err != nil {
+		return nil, nil, err
+	}
 	if err := setSecurityContext(config, hc, sc); err != nil {
 		return nil, nil, err
 	}
@@ -205,8 +206,13 @@ func setNamespaces(hc *container.HostConfig, in containerDockerInput) error {
 func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (binds []string, mounts []mount.Mount, err error) {
 	seen := map[string]bool{}
 	for _, m := range ms {
-		if m.GetImage().GetImage() != "" {
-			return nil, nil, invalidArgf("mount %s: image volumes are not supported by Docker API 1.41", m.GetContainerPath())
+		if isImageMount(m) {
+			mt, err := imageVolumeMount(m, apiVersion, seen)
+			if err != nil {
+				return nil, nil, err
+			}
+			mounts = append(mounts, mt)
+			continue
 		}
 		if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
 			return nil, nil, invalidArgf("mount %s: id-mapped mounts are not supported (Docker has no per-container user namespace)", m.GetContainerPath())
@@ -360,47 +366,6 @@ func sandboxFileBinds(ms []*runtimeapi.Mount, in containerDockerInput, readonlyR
 	return binds, mounts
 }
 
-// setResources maps CRI resources to Docker's. oom_score_adj goes through
-// the same CAP_SYS_RESOURCE clamp as sandboxes.
-func (ds *DockerService) setResources(r *container.Resources, oomScoreAdj *int, res *runtimeapi.LinuxContainerResources, name string) {
-	if res == nil {
-		return
-	}
-	r.CPUPeriod = res.GetCpuPeriod()
-	r.CPUQuota = res.GetCpuQuota()
-	r.CPUShares = res.GetCpuShares()
-	r.Memory = res.GetMemoryLimitInBytes()
-	r.MemorySwap = memorySwap(res)
-	r.CpusetCpus = res.GetCpusetCpus()
-	r.CpusetMems = res.GetCpusetMems()
-	*oomScoreAdj = ds.oomScoreAdj(int(res.GetOomScoreAdj()))
-	// Docker has no hugetlb limits at all (neither at create nor in
-	// ContainerUpdate), so hugepage limits cannot be enforced. kubelet
-	// sends a 0 limit for every page size the node has; only a real
-	// request is worth a word.
-	for _, h := range res.GetHugepageLimits() {
-		if h.GetLimit() > 0 {
-			klog.InfoS("WARNING: Docker cannot limit hugepages; the container's hugepage limit is not enforced", "container", name, "pageSize", h.GetPageSize(), "limit", h.GetLimit())
-		}
-	}
-	// res.Unified (cgroup v2 key/values) has no Docker equivalent either;
-	// kubelet only fills it for alpha features (MemoryQoS).
-}
-
-// memorySwap maps the CRI swap limit (memory+swap, as cgroup v1's memsw)
-// to Docker's MemorySwap. With a memory limit and no swap limit Docker
-// would pick 2× the memory; the CRI means "no limit of its own", which
-// Docker spells -1.
-func memorySwap(res *runtimeapi.LinuxContainerResources) int64 {
-	if s := res.GetMemorySwapLimitInBytes(); s > 0 {
-		return s
-	}
-	if res.GetMemoryLimitInBytes() > 0 {
-		return -1
-	}
-	return 0
-}
-
 // setSecurityContext maps the CRI security context: identity,
 // capabilities, seccomp, AppArmor, SELinux, no_new_privs, masked and
 // read-only paths.
@@ -415,9 +380,6 @@ func setSecurityContext(config *container.Config, hc *container.HostConfig, sc *
 	config.User = user
 	for _, g := range sc.GetSupplementalGroups() {
 		hc.GroupAdd = append(hc.GroupAdd, strconv.FormatInt(g, 10))
-	}
-	if sc.GetSupplementalGroupsPolicy() == runtimeapi.SupplementalGroupsPolicy_Strict {
-		return invalidArgf("supplemental groups policy Strict is not supported: Docker always adds the groups the image's /etc/group gives the user")
 	}
 
 	if caps := sc.GetCapabilities(); caps != nil {

@@ -107,6 +107,9 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err != nil {
 		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
 	}
+	if err := ds.checkImageVolumes(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
+	}
 
 	created, err := ds.createOwned(ctx, config, hc, name, func(rec *store.Record) {
 		rec.ImageID = img.ID

@@ -170,16 +170,14 @@ func resourcesFromHostConfig(hc *container.HostConfig) *runtimeapi.LinuxContaine
 		CpuPeriod:          hc.CPUPeriod,
 		CpuQuota:           hc.CPUQuota,
 		CpuShares:          hc.CPUShares,
-		MemoryLimitInBytes: hc.Memory,
+		MemoryLimitInBytes: reportedMemory(hc.Memory),
 		OomScoreAdj:        int64(hc.OomScoreAdj),
 		CpusetCpus:         hc.CpusetCpus,
 		CpusetMems:         hc.CpusetMems,
 	}
-	// -1 is how netshim asks Docker for "no swap limit of its own"; the
-	// CRI says that with 0.
-	if hc.MemorySwap > 0 {
-		r.MemorySwapLimitInBytes = hc.MemorySwap
-	}
+	// -1 (and dockerNoMemoryLimit) is how netshim asks Docker for "no
+	// swap limit of its own"; the CRI says that with 0.
+	r.MemorySwapLimitInBytes = reportedMemory(hc.MemorySwap)
 	return r
 }
 

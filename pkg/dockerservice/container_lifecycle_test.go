@@ -349,14 +349,48 @@ func TestUpdateContainerResources(t *testing.T) {
 		t.Errorf("status resources after update = %v", r)
 	}
 
-	for name, res := range map[string]*runtimeapi.LinuxContainerResources{
-		"oom_score_adj": {OomScoreAdj: 500},
-		"hugepages":     {HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 2 << 20}}},
-	} {
-		_, err := e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: res})
-		if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "Docker cannot") {
-			t.Errorf("%s: got %v, want InvalidArgument saying Docker cannot", name, err)
-		}
+	_, err = e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: &runtimeapi.LinuxContainerResources{OomScoreAdj: 500}})
+	if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "Docker cannot change oom_score_adj") {
+		t.Errorf("oom_score_adj: got %v, want InvalidArgument saying Docker cannot change it", err)
+	}
+
+	// What kubelet 1.36 sends for a resize on a cgroup v2 node: unified
+	// keys and hugepage limits Docker has no setting for are skipped, not
+	// refused.
+	_, err = e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: &runtimeapi.LinuxContainerResources{
+		CpuShares: 1024, CpuPeriod: 100000, CpuQuota: 100000, MemoryLimitInBytes: 256 << 20, OomScoreAdj: 900,
+		HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 2 << 20}, {PageSize: "1GB"}},
+		Unified:        map[string]string{"memory.oom.group": "1", "memory.swap.max": "0"},
+	}})
+	if err != nil {
+		t.Fatalf("kubelet's cgroup v2 resize: %v", err)
+	}
+	hc = e.dockerInspect(t, id).HostConfig
+	if hc.CPUQuota != 100000 || hc.Memory != 256<<20 || hc.MemorySwap != 256<<20 {
+		t.Errorf("docker resources after the v2 resize = quota %d memory %d swap %d, want 100000/256Mi/256Mi (no swap)", hc.CPUQuota, hc.Memory, hc.MemorySwap)
+	}
+
+	// Lifting both limits: Docker reads 0 as "unchanged" and refuses a
+	// memory limit of -1, so the kernel's maximum stands for none.
+	_, err = e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: &runtimeapi.LinuxContainerResources{CpuQuota: -1, MemoryLimitInBytes: -1}})
+	if err != nil {
+		t.Fatalf("lifting the limits: %v", err)
+	}
+	hc = e.dockerInspect(t, id).HostConfig
+	if hc.CPUQuota != -1 || hc.Memory != dockerNoMemoryLimit || hc.MemorySwap != dockerNoMemoryLimit {
+		t.Errorf("docker resources after the lift = quota %d memory %d swap %d", hc.CPUQuota, hc.Memory, hc.MemorySwap)
+	}
+	if r := e.status(t, id).GetResources().GetLinux(); r.GetCpuQuota() != -1 || r.GetMemoryLimitInBytes() != 0 || r.GetMemorySwapLimitInBytes() != 0 {
+		t.Errorf("status resources after the lift = %v, want quota -1 and no memory or swap limit", r)
+	}
+
+	// No Linux resources: nothing to change, and no Docker call.
+	e.docker.resetCalls()
+	if _, err := e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id}); err != nil {
+		t.Errorf("empty update: %v", err)
+	}
+	if n := e.docker.count("ContainerUpdate"); n != 0 {
+		t.Errorf("an empty update made %d Docker updates", n)
 	}
 	if _, err := e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: "nope", Linux: &runtimeapi.LinuxContainerResources{}}); codeOf(err) != codes.NotFound {
 		t.Errorf("unknown container: %v, want NotFound", err)

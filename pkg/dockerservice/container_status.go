@@ -20,7 +20,8 @@ const (
 )
 
 // ContainerStatus answers from the state index with no Docker call (the
-// events stream keeps exit code, finish time and OOM kills current). Only
+// events stream keeps exit code, finish time and OOM kills current); the
+// user of a running container is read from /proc (container_user.go). Only
 // a verbose status, which people ask for rather than kubelet, inspects the
 // container for its Docker config.
 func (ds *DockerService) ContainerStatus(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
@@ -49,6 +50,8 @@ func (ds *DockerService) ContainerStatus(ctx context.Context, r *runtimeapi.Cont
 		Message:     rec.Error,
 	}
 	switch {
+	case state == runtimeapi.ContainerState_CONTAINER_RUNNING:
+		st.User = ds.containers.runningUser(rec)
 	case state == runtimeapi.ContainerState_CONTAINER_EXITED:
 		st.Reason = exitReason(rec)
 	case state != containerState(rec):

@@ -3,22 +3,26 @@ package dockerservice
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/docker/docker/api/types/container"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
-// UpdateContainerResources changes a container's CPU and memory limits in
-// place (kubelet's in-place pod resize) through Docker's ContainerUpdate.
+// UpdateContainerResources changes a container's limits in place
+// (kubelet's in-place pod resize, crictl update) through Docker's
+// ContainerUpdate. The mapping is container_resources.go's: a 0 field
+// leaves a limit as it is, -1 lifts it; unified (cgroup v2) keys and
+// hugepage limits Docker has no setting for are skipped with a warning, as
+// at create, so that a resize kubelet sends on a cgroup v2 node is not
+// refused for them.
 //
-// Docker cannot change everything live: oom_score_adj is fixed at create
-// (kubelet only asks for the value the container already has, as a
-// resize cannot change the QoS class), hugepages are not limited at all,
-// and a zero field means "unchanged" to Docker, so a limit cannot be
-// lifted. A request to change what Docker cannot is refused, saying so.
+// oom_score_adj is fixed at create in Docker; kubelet only sends the
+// value the container already has (a resize keeps the QoS class), so
+// only a different one is refused.
 func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
 	rec, err := ds.mustFindContainer(r.GetContainerId())
 	if err != nil {
@@ -26,35 +30,41 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 	}
 	res := r.GetLinux()
 	if res == nil {
+		// kubelet on Linux always sends linux; Windows resources alone
+		// are a request for another kind of node.
+		if r.GetWindows() != nil {
+			return nil, invalidArgf("container %s: the request has only Windows resources, and netshim runs Linux containers", rec.ID)
+		}
+		klog.V(4).InfoS("UpdateContainerResources without Linux resources: nothing to change", "containerID", rec.ID)
 		return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 	}
-	if err := validateResources("container "+rec.ID, res); err != nil {
+	if r.GetWindows() != nil {
+		klog.V(4).InfoS("UpdateContainerResources: Windows resources ignored on Linux", "containerID", rec.ID)
+	}
+	what := "container " + rec.ID
+	if err := validateResources(what, res); err != nil {
+		return nil, err
+	}
+	cur, err := ds.currentResources(ctx, rec)
+	if err != nil {
 		return nil, err
 	}
 	// 0 reads as "unchanged", as for Docker's own fields: proto3 cannot
 	// tell it from unset, and crictl update leaves it so.
-	if cur := containerInfoOf(rec).resources; cur != nil && res.GetOomScoreAdj() != 0 {
+	if res.GetOomScoreAdj() != 0 {
 		want := ds.oomScoreAdj(int(res.GetOomScoreAdj()))
 		if int64(want) != cur.GetOomScoreAdj() {
-			return nil, withCode(codes.InvalidArgument, fmt.Errorf("container %s: Docker cannot change oom_score_adj of a created container (it is %d, %d was asked); recreate the container", rec.ID, cur.GetOomScoreAdj(), want))
+			return nil, withCode(codes.InvalidArgument, fmt.Errorf("%s: Docker cannot change oom_score_adj of a created container (it is %d, %d was asked); recreate the container", what, cur.GetOomScoreAdj(), want))
 		}
 	}
-	var unsupported []string
-	for _, h := range res.GetHugepageLimits() {
-		if h.GetLimit() > 0 {
-			unsupported = append(unsupported, "hugepage limit "+h.GetPageSize())
-		}
+	q, err := resolveResources(res)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if len(res.GetUnified()) > 0 {
-		unsupported = append(unsupported, "unified cgroup settings")
-	}
-	if len(unsupported) > 0 {
-		return nil, withCode(codes.InvalidArgument, fmt.Errorf("container %s: Docker cannot set %s", rec.ID, strings.Join(unsupported, ", ")))
-	}
-
-	var oom int
 	update := container.UpdateConfig{}
-	ds.setResources(&update.Resources, &oom, res, rec.Name)
+	if err := q.applyUpdate(&update.Resources, cur); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	resp, err := ds.client.ContainerUpdate(ctx, rec.ID, update)
 	if err != nil {
 		return nil, fmt.Errorf("updating resources of container %s: %w", rec.ID, err)
@@ -62,7 +72,25 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 	for _, w := range resp.Warnings {
 		klog.V(2).InfoS("Docker warning on container update", "containerID", rec.ID, "warning", w)
 	}
+	warnSkipped(rec.Name, "UpdateContainerResources", q.skipped)
 	// ContainerStatus reports the container's resources from the index.
 	ds.refreshRecord(ctx, rec.ID)
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+}
+
+// currentResources are a container's limits as Docker has them: from the
+// index, which keeps the HostConfig of every container it inspected, else
+// from an inspect.
+func (ds *DockerService) currentResources(ctx context.Context, rec *store.Record) (*runtimeapi.LinuxContainerResources, error) {
+	if cur := containerInfoOf(rec).resources; cur != nil {
+		return cur, nil
+	}
+	c, err := ds.client.ContainerInspect(ctx, rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("inspecting container %s for its current resources: %w", rec.ID, err)
+	}
+	if c.ContainerJSONBase == nil || c.HostConfig == nil {
+		return &runtimeapi.LinuxContainerResources{}, nil
+	}
+	return resourcesFromHostConfig(c.HostConfig), nil
 }

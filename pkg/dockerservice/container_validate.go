@@ -1,6 +1,7 @@
 package dockerservice
 
 import (
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -56,6 +57,9 @@ func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
 	if err := validateIDs(what, sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups()); err != nil {
 		return err
 	}
+	if err := validateGroupsPolicy(what, sc.GetSupplementalGroupsPolicy()); err != nil {
+		return err
+	}
 	if err := validateSeccompProfile(what, sc.GetSeccomp()); err != nil {
 		return err
 	}
@@ -86,14 +90,21 @@ func validateProcess(what string, cfg *runtimeapi.ContainerConfig) error {
 }
 
 // validateMounts checks the host side of every mount: an absolute path
-// without '..' (what kubelet sends). Docker reads a relative host path as
-// the name of a volume it creates.
+// without '..' (what kubelet sends), or an image for an image volume.
+// Docker reads a relative host path as the name of a volume it creates.
 func validateMounts(what string, ms []*runtimeapi.Mount) error {
 	for i, m := range ms {
 		if m == nil {
 			return invalidArgf("%s: mount %d is empty", what, i)
 		}
-		if err := checkHostPath(m.GetHostPath()); err != nil {
+		// image_sub_path is ignored on other mounts: kubelet copies a
+		// volume's subPath there for every mount of a pod that has an
+		// image volume, after applying it to the host path already.
+		if isImageMount(m) {
+			if err := validateImageMount(what, m); err != nil {
+				return err
+			}
+		} else if err := checkHostPath(m.GetHostPath()); err != nil {
 			return invalidArgf("%s: mount %s: host path %s %v", what, shortQuote(m.GetContainerPath()), shortQuote(m.GetHostPath()), err)
 		}
 		if p := m.GetContainerPath(); !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
@@ -144,8 +155,10 @@ type errString string
 func (e errString) Error() string { return string(e) }
 
 // validateResources refuses limits the kernel or Docker cannot take. Zero
-// means "not set" for every field, as for Docker. Used by CreateContainer
-// and UpdateContainerResources.
+// means "not set" for every field, as for Docker; -1 means "no limit" for
+// cpu_quota, memory_limit_in_bytes and memory_swap_limit_in_bytes (as for
+// runc), which is how an update lifts a limit. Used by CreateContainer and
+// UpdateContainerResources.
 func validateResources(what string, res *runtimeapi.LinuxContainerResources) error {
 	if res == nil {
 		return nil
@@ -164,8 +177,8 @@ func validateResources(what string, res *runtimeapi.LinuxContainerResources) err
 		return invalidArgf("%s: cpu_quota %d is invalid: want 0 (unset), -1 (no limit) or at least %d microseconds", what, q, minCPUQuota)
 	}
 	mem, swap := res.GetMemoryLimitInBytes(), res.GetMemorySwapLimitInBytes()
-	if mem < 0 {
-		return invalidArgf("%s: memory_limit_in_bytes %d is negative", what, mem)
+	if mem < -1 {
+		return invalidArgf("%s: memory_limit_in_bytes %d is invalid: want 0 (unset), -1 (no limit) or a byte count", what, mem)
 	}
 	if swap < -1 {
 		return invalidArgf("%s: memory_swap_limit_in_bytes %d is invalid: want 0 (unset), -1 (no limit) or a byte count", what, swap)
@@ -180,6 +193,11 @@ func validateResources(what string, res *runtimeapi.LinuxContainerResources) err
 		if !validCPUSet(f.v) {
 			return invalidArgf("%s: %s %s is not a list like 0-3,5", what, f.field, shortQuote(f.v))
 		}
+	}
+	// The unified (cgroup v2) entries Docker has a field for must be
+	// well-formed and agree with the fields; the others are not read.
+	if _, err := resolveResources(res); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -224,3 +242,18 @@ func validateAppArmorProfile(what string, p *runtimeapi.SecurityProfile) error {
 }
 
 func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 }
+
+// validateGroupsPolicy refuses SupplementalGroupsPolicy Strict: Docker
+// always merges the groups the image's /etc/group gives the user into the
+// process's (Merge), with no way to turn that off, so Strict would run the
+// pod with groups it asked not to have. Status advertises the feature as
+// unsupported, so kubelet 1.33+ already rejects such pods at admission.
+func validateGroupsPolicy(what string, p runtimeapi.SupplementalGroupsPolicy) error {
+	switch p {
+	case runtimeapi.SupplementalGroupsPolicy_Merge:
+		return nil
+	case runtimeapi.SupplementalGroupsPolicy_Strict:
+		return invalidArgf("%s: supplemental groups policy Strict is not supported by the Docker engine: Docker always adds the groups the image's /etc/group gives the user (Merge); remove supplementalGroupsPolicy: Strict from the pod", what)
+	}
+	return invalidArgf("%s: unknown supplemental groups policy %d", what, p)
+}

@@ -61,7 +61,36 @@ func TestValidateContainerSpec(t *testing.T) {
 		{"negative period", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuPeriod = -100000 }), "cpu_period"},
 		{"negative quota", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuQuota = -5 }), "cpu_quota -5"},
 		{"tiny quota", res(func(r *runtimeapi.LinuxContainerResources) { r.CpuQuota = 10 }), "cpu_quota 10"},
-		{"negative memory", res(func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -1 }), "memory_limit_in_bytes -1"},
+		{"negative memory", res(func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -2 }), "memory_limit_in_bytes -2"},
+		{"no memory limit", res(func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -1 }), ""},
+		{"unified garbage", res(func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"memory.swap.max": "lots"} }), "memory.swap.max"},
+		{"unified contradicts field", res(func(r *runtimeapi.LinuxContainerResources) {
+			r.MemoryLimitInBytes, r.Unified = 64<<20, map[string]string{"memory.max": "max"}
+		}), "contradicts memory_limit_in_bytes"},
+		{"swap said twice", res(func(r *runtimeapi.LinuxContainerResources) {
+			r.MemoryLimitInBytes, r.MemorySwapLimitInBytes, r.Unified = 64<<20, 64<<20, map[string]string{"memory.swap.max": "0"}
+		}), "both limit swap"},
+		{"cpu.max tiny quota", res(func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"cpu.max": "10 100000"} }), "cpu.max"},
+		{"unknown unified key", res(func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"io.weight": "default 100"} }), ""},
+		{"strict groups", sec(func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
+		}), "supplemental groups policy Strict is not supported by the Docker engine"},
+		{"unknown groups policy", sec(func(s *runtimeapi.LinuxContainerSecurityContext) { s.SupplementalGroupsPolicy = 9 }), "supplemental groups policy 9"},
+		{"image volume with host path", func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/data", ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: testImageID}}}
+		}, "both a host path and an image"},
+		{"image volume sub path climbs", func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: testImageID}, ImageSubPath: "../etc"}}
+		}, "image_sub_path"},
+		{"image volume bad image", func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: "sha256:XYZ"}}}
+		}, "image volume"},
+		{"image volume ok", func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: testImageID}, ImageSubPath: "usr/share"}}
+		}, ""},
+		{"sub path on a host path mount is ignored", func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/data/sub", ContainerPath: "/data", ImageSubPath: "sub"}}
+		}, ""},
 		{"negative swap", res(func(r *runtimeapi.LinuxContainerResources) { r.MemorySwapLimitInBytes = -2 }), "memory_swap_limit_in_bytes -2"},
 		{"swap below memory", res(func(r *runtimeapi.LinuxContainerResources) {
 			r.MemoryLimitInBytes, r.MemorySwapLimitInBytes = 2<<20, 1<<20

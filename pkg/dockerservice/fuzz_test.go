@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -145,10 +146,18 @@ func FuzzContainerDockerConfig(f *testing.F) {
 		MaskedPaths:      []string{"/proc/kcore"},
 		ReadonlyRootfs:   true,
 	}
-	f.Add(mustMarshal(f, full), false)
-	f.Add(mustMarshal(f, ctrConfig("plain")), true)
-	f.Add([]byte{}, false)
-	f.Fuzz(func(t *testing.T, data []byte, hostNet bool) {
+	f.Add(mustMarshal(f, full), false, false)
+	f.Add(mustMarshal(f, ctrConfig("plain")), true, false)
+	f.Add([]byte{}, false, false)
+	// What kubelet 1.36 sends on cgroup v2 (unified keys), with an image
+	// volume, to a Docker 28 engine.
+	v2 := ctrConfig("v2")
+	v2.Mounts = []*runtimeapi.Mount{{ContainerPath: "/models", Image: &runtimeapi.ImageSpec{Image: testImageID}, ImageSubPath: "usr/share"}}
+	v2.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuShares: 102, CpuPeriod: 100000, CpuQuota: -1,
+		HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 4 << 20}},
+		Unified:        map[string]string{"memory.oom.group": "1", "memory.swap.max": "134217728", "memory.low": "67108864", "cpu.max": "max 100000", "pids.max": "100"}}
+	f.Add(mustMarshal(f, v2), false, true)
+	f.Fuzz(func(t *testing.T, data []byte, hostNet, docker28 bool) {
 		cfg := &runtimeapi.ContainerConfig{}
 		if unmarshalKnown(data, cfg) != nil {
 			return
@@ -170,9 +179,13 @@ func FuzzContainerDockerConfig(f *testing.F) {
 		if hostNet {
 			sandboxNS.Network = runtimeapi.NamespaceMode_NODE
 		}
+		apiVersion := "1.44"
+		if docker28 {
+			apiVersion = "1.48"
+		}
 		in := containerDockerInput{
 			cfg: cfg, labels: labels, sandboxID: sandboxID, sandboxNS: sandboxNS,
-			cgroupParent: "/kubepods/pod1", pidTarget: "fedcba9876543210", apiVersion: "1.44",
+			cgroupParent: "/kubepods/pod1", pidTarget: "fedcba9876543210", apiVersion: apiVersion,
 			resolvConfPath: "/var/lib/docker/containers/" + sandboxID + "/resolv.conf",
 			hostsPath:      "/var/lib/docker/containers/" + sandboxID + "/hosts",
 		}
@@ -184,6 +197,12 @@ func FuzzContainerDockerConfig(f *testing.F) {
 			return
 		}
 		checkContainerHostPaths(t, cfg, in, config, hc)
+		// Docker and runc take the resources (on cgroup v1 and v2).
+		for _, v2 := range []bool{false, true} {
+			if err := (&engineModel{v2: v2}).create(hc.Resources); err != nil {
+				t.Fatalf("resources %+v from %v: the engine would refuse them: %v", hc.Resources, cfg.GetLinux().GetResources(), err)
+			}
+		}
 		if hc.CgroupParent != in.cgroupParent {
 			t.Fatalf("cgroup parent %q", hc.CgroupParent)
 		}
@@ -213,7 +232,12 @@ func checkContainerHostPaths(t *testing.T, cfg *runtimeapi.ContainerConfig, in c
 	t.Helper()
 	type pair struct{ src, dst string }
 	allowed := map[pair]bool{{in.resolvConfPath, etcResolvConf}: true, {in.hostsPath, etcHosts}: true}
+	images := map[pair]bool{}
 	for _, m := range cfg.GetMounts() {
+		if isImageMount(m) {
+			images[pair{m.GetImage().GetImage(), filepath.Clean(m.GetContainerPath())}] = true
+			continue
+		}
 		allowed[pair{m.GetHostPath(), filepath.Clean(m.GetContainerPath())}] = true
 	}
 	check := func(src, dst string) {
@@ -233,10 +257,18 @@ func checkContainerHostPaths(t *testing.T, cfg *runtimeapi.ContainerConfig, in c
 		check(parts[0], parts[1])
 	}
 	for _, m := range hc.Mounts {
-		if m.Type != "bind" {
+		switch {
+		case m.Type == mount.TypeImage:
+			// An image volume mounts an image the request named, read-only,
+			// and nothing above it.
+			if !images[pair{m.Source, m.Target}] || !m.ReadOnly || m.BindOptions != nil || (m.ImageOptions != nil && !filepath.IsLocal(m.ImageOptions.Subpath)) {
+				t.Fatalf("image mount %+v: the request did not ask for that (mounts %v)", m, cfg.GetMounts())
+			}
+		case m.Type != mount.TypeBind:
 			t.Fatalf("mount of type %q", m.Type)
+		default:
+			check(m.Source, m.Target)
 		}
-		check(m.Source, m.Target)
 	}
 	devices := map[string]bool{}
 	for _, d := range cfg.GetDevices() {

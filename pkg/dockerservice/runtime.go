@@ -69,6 +69,10 @@ func (ds *DockerService) Status(_ context.Context, _ *runtimeapi.StatusRequest) 
 	}
 	return &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeReady, networkReady}},
+		// Docker merges the image's groups whatever the pod asks
+		// (validateGroupsPolicy), so SupplementalGroupsPolicy is not
+		// supported: kubelet then rejects pods asking for Strict.
+		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: false},
 	}, nil
 }
 

@@ -98,6 +98,9 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	if err := validateIDs("pod sandbox", sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups()); err != nil {
 		return err
 	}
+	if err := validateGroupsPolicy("pod sandbox", sc.GetSupplementalGroupsPolicy()); err != nil {
+		return err
+	}
 	return validateSeccompProfile("pod sandbox", sc.GetSeccomp())
 }
 

@@ -1,0 +1,89 @@
+package dockerservice
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+	"github.com/netshim/netshim/pkg/procutil"
+)
+
+// runningUser is the identity of a running container's first process, for
+// ContainerStatus.user: its uid, gid and supplementary groups as the
+// kernel has them in /proc/<pid>/status. Docker resolves the image's
+// /etc/passwd and /etc/group inside the container, so only the process
+// says which groups it got. No Docker call: the pid is the index's. It
+// is nil when the container does not run, or its process cannot be read
+// (it just exited; the next status has the container exited).
+//
+// The status file is read before the pid is checked to be the
+// container's: a pid reused in between fails the check.
+func (c *containerRuntime) runningUser(rec *store.Record) *runtimeapi.ContainerUser {
+	if !rec.Running() || rec.Pid <= 0 {
+		return nil
+	}
+	u, err := readProcessUser(c.procRoot, rec.Pid)
+	if err == nil {
+		err = procutil.InContainer(c.procRoot, rec.Pid, rec.ID)
+	}
+	if err != nil {
+		klog.V(4).InfoS("Cannot read the identity of a container's process", "containerID", rec.ID, "pid", rec.Pid, "err", err)
+		return nil
+	}
+	return &runtimeapi.ContainerUser{Linux: u}
+}
+
+// readProcessUser parses the Uid, Gid and Groups lines of
+// procRoot/<pid>/status. The first of the four uids and gids is the real
+// one, which runc sets with the others to the container's user.
+func readProcessUser(procRoot string, pid int) (*runtimeapi.LinuxContainerUser, error) {
+	data, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "status"))
+	if err != nil {
+		return nil, err
+	}
+	u := &runtimeapi.LinuxContainerUser{}
+	var seen int
+	for line := range strings.Lines(string(data)) {
+		key, val, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(val)
+		switch key {
+		case "Uid", "Gid":
+			if len(fields) == 0 {
+				return nil, fmt.Errorf("pid %d: empty %s line", pid, key)
+			}
+			id, err := strconv.ParseInt(fields[0], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("pid %d: %s line %q: %w", pid, key, val, err)
+			}
+			if key == "Uid" {
+				u.Uid = id
+			} else {
+				u.Gid = id
+			}
+			seen++
+		case "Groups":
+			for _, f := range fields {
+				g, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("pid %d: Groups line %q: %w", pid, val, err)
+				}
+				u.SupplementalGroups = append(u.SupplementalGroups, g)
+			}
+			seen++
+		}
+	}
+	if seen != 3 {
+		return nil, errors.New("no Uid, Gid and Groups lines in " + filepath.Join(procRoot, strconv.Itoa(pid), "status"))
+	}
+	return u, nil
+}

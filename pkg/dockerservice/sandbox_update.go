@@ -1,0 +1,29 @@
+package dockerservice
+
+import (
+	"context"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+// UpdatePodSandboxResources is how kubelet (1.33+) tells the runtime of a
+// pod-level resize. kubelet resizes the pod's cgroup itself, and Docker
+// has nothing of a pod to update: the infra container holds no limits of
+// its own and the workload containers get theirs through
+// UpdateContainerResources. So the answer only says whether the sandbox
+// exists; kubelet reads an error as the runtime rejecting the resize.
+func (ds *DockerService) UpdatePodSandboxResources(_ context.Context, r *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error) {
+	if err := ds.requireSynced(); err != nil {
+		return nil, err
+	}
+	ref, found, err := ds.lookupSandbox(r.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, notFoundf("pod sandbox %s not found", r.GetPodSandboxId())
+	}
+	klog.V(4).InfoS("Pod sandbox resources updated by kubelet; nothing for Docker to do", "podSandboxID", ref.id, "resources", r.GetResources(), "overhead", r.GetOverhead())
+	return &runtimeapi.UpdatePodSandboxResourcesResponse{}, nil
+}
