@@ -23,7 +23,8 @@
 #           data       $D29_LIB (containerd root, dockerd data root)
 #           cgroups    parent netshim-docker29; no bridge, no iptables/ip6tables rules
 #           runtime    runc $RUNC_VERSION (first on the daemons' PATH, so Docker's default
-#                      runtime "runc" is it)
+#                      runtime "runc" is it), also registered as runtime netshim-alt (the
+#                      e2e tests' and critest's RuntimeClass handler; test/harness AltRuntime)
 #         Logs: _output/docker29/containerd.log, _output/docker29/dockerd.log.
 # stop:   stops the dockerd and containerd this script started (their PID files are
 #         in $D29_RUN); dockerd first, so that it stops its containers.
@@ -292,7 +293,8 @@ start() {
       -H "unix://$D29_SOCK" \
       --containerd "$CTR_SOCK" \
       --bridge=none --iptables=false --ip6tables=false --ip-masq=false --userland-proxy=false \
-      --cgroup-parent "$CGROUP_PARENT"
+      --cgroup-parent "$CGROUP_PARENT" \
+      --add-runtime "netshim-alt=$BIN/runc"
     dpid=$!
     echo "$dpid" >"$D29_RUN/dockerd.pid"
   fi

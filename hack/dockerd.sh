@@ -7,6 +7,11 @@
 # stop:  stops the dockerd recorded in _output/dockerd.pid, i.e. only one this script
 #        started; a dockerd started by anyone else is never touched.
 #
+# A dockerd this script starts has runc registered a second time, as runtime
+# netshim-alt (the e2e tests' and critest's RuntimeClass handler; test/harness
+# AltRuntime). An engine that already answers is used as it is: register it there
+# yourself (daemon.json "runtimes", then SIGHUP) to run pods with that handler.
+#
 # RUNC=1.4.3: manages instead a test dockerd of its own (the system's Docker 20.10
 #        binary) with runc 1.4.3 (_output/docker29/bin/runc, built by hack/docker29.sh
 #        build-runc) registered as runtime runc143 and made the default, on
@@ -27,9 +32,15 @@ LOG="$OUT/dockerd.log"
 SOCK=/var/run/docker.sock
 DOCKER_PIDFILE=/var/run/docker.pid
 CONTAINERD_PIDFILE=/var/run/docker/containerd/containerd.pid
+# ALT_RUNTIME: the second name runc is registered under (see above).
+ALT_RUNTIME=netshim-alt
 DOCKERD_ARGS=()
 case "${RUNC:-}" in
-  "") ;;
+  "")
+    if runc_path=$(command -v runc); then
+      DOCKERD_ARGS=(--add-runtime "$ALT_RUNTIME=$runc_path")
+    fi
+    ;;
   1.4.3)
     PRIV_RUN=/run/netshim-docker20-runc143
     PRIV_LIB=/var/lib/netshim-docker20-runc143
@@ -44,6 +55,7 @@ case "${RUNC:-}" in
       -H "unix://$SOCK"
       --bridge=none --iptables=false --ip6tables=false --ip-masq=false --userland-proxy=false
       --add-runtime "runc143=$OUT/docker29/bin/runc" --default-runtime runc143
+      --add-runtime "$ALT_RUNTIME=$OUT/docker29/bin/runc"
     )
     ;;
   *) echo "dockerd.sh: RUNC=$RUNC: only 1.4.3 (or unset: the system's runc) is known" >&2; exit 2 ;;

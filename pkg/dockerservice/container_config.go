@@ -299,8 +299,10 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (b
 // only Docker API 1.44+ (Docker 25) can do: BindOptions.ReadOnlyForceRecursive
 // fails the start if the kernel (< 5.12) cannot. With an older API there
 // is no way to ask for it, so the request is refused rather than served
-// with writable submounts. kubelet only asks when the runtime advertises
-// the feature, which netshim does not.
+// with writable submounts. kubelet only asks when the runtime handler
+// advertises the feature (Status, runtime_handlers.go: API 1.44+, kernel
+// 5.12+, "rro" among the runtime's OCI features), and CreateContainer
+// refuses a kernel or runtime known to lack it before this runs.
 func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.Propagation, apiVersion string) (mount.Mount, error) {
 	if !m.GetReadonly() {
 		return mount.Mount{}, invalidArgf("mount %s: recursive read-only needs readonly", dst)

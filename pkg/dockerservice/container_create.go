@@ -88,6 +88,9 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err != nil {
 		return nil, err
 	}
+	if err := ds.checkRecursiveReadOnlyMounts(ctx, cfg.GetMounts(), sbInfo.runtimeHandler, apiVersion); err != nil {
+		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
+	}
 	in := containerDockerInput{
 		cfg:        cfg,
 		labels:     labels,
@@ -110,6 +113,8 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err := ds.checkImageVolumes(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
 	}
+	// The pod's runtime handler, checked when its sandbox was run.
+	hc.Runtime = sbInfo.runtimeHandler
 
 	created, err := ds.createOwned(ctx, config, hc, name, func(rec *store.Record) {
 		rec.ImageID = img.ID

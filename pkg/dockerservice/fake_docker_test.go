@@ -43,6 +43,11 @@ type fakeDocker struct {
 	nextID  int
 	nextPid int
 
+	// infoErr makes Info fail; infoGate, when set, holds Info until it
+	// is closed (or the call's context ends).
+	infoErr  error
+	infoGate chan struct{}
+
 	// subscribers receive the events the fake emits, like Docker's
 	// events stream; each has an error channel to break the stream.
 	subscribers []*fakeSubscriber
@@ -129,11 +134,21 @@ func (f *fakeDocker) ServerVersion(context.Context) (types.Version, error) {
 	return types.Version{Version: "20.10.24", APIVersion: "1.41"}, nil
 }
 
-func (f *fakeDocker) Info(context.Context) (system.Info, error) {
+func (f *fakeDocker) Info(ctx context.Context) (system.Info, error) {
 	f.record("Info")
 	f.mu.Lock()
+	gate := f.infoGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return system.Info{}, ctx.Err()
+		}
+	}
+	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.info, nil
+	return f.info, f.infoErr
 }
 
 // DiskUsage answers images only: diskUsage's layers size.

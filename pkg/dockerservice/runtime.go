@@ -42,9 +42,10 @@ func (ds *DockerService) Version(ctx context.Context, _ *runtimeapi.VersionReque
 
 // Status reports runtime and network readiness from cached state: the
 // index's health (events stream up, resync working, events drained) and
-// the plugin's own status. kubelet polls it
-// every few seconds; it costs no Docker call.
-func (ds *DockerService) Status(_ context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+// the plugin's own status, and the runtime handlers from the cached docker
+// info (runtime_handlers.go). kubelet polls it every few seconds; it costs
+// no Docker call but the info's refresh every runtimesMaxAge.
+func (ds *DockerService) Status(ctx context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	runtimeReady := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
 	if ready, reason := ds.index.Health(); !ready {
 		runtimeReady.Status = false
@@ -72,7 +73,8 @@ func (ds *DockerService) Status(_ context.Context, _ *runtimeapi.StatusRequest) 
 		// Docker merges the image's groups whatever the pod asks
 		// (validateGroupsPolicy), so SupplementalGroupsPolicy is not
 		// supported: kubelet then rejects pods asking for Strict.
-		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: false},
+		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: false},
+		RuntimeHandlers: ds.statusRuntimeHandlers(ctx),
 	}, nil
 }
 

@@ -33,6 +33,9 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	if err := validateRunPodSandbox(r); err != nil {
 		return nil, err
 	}
+	if err := ds.checkRuntimeHandler(ctx, r.GetRuntimeHandler()); err != nil {
+		return nil, err
+	}
 	md := cfg.GetMetadata()
 	name := sandboxContainerName(md)
 	release, err := ds.reserveName(name)
@@ -271,6 +274,9 @@ func (ds *DockerService) sandboxDockerConfig(cfg *runtimeapi.PodSandboxConfig, r
 		OomScoreAdj:    ds.oomScoreAdj(sandboxOOMScoreAdj),
 		Privileged:     sc.GetPrivileged(),
 		ReadonlyRootfs: sc.GetReadonlyRootfs(),
+		// A handler is a Docker runtime's name; "" leaves the engine's
+		// default (runtime_handlers.go).
+		Runtime: runtimeHandler,
 		// The restart policy stays "no": kubelet decides what restarts.
 	}
 	hc.CgroupParent = linux.GetCgroupParent()

@@ -106,15 +106,9 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 
 // validateRunPodSandbox checks a whole RunPodSandbox request.
 func validateRunPodSandbox(r *runtimeapi.RunPodSandboxRequest) error {
-	if err := validateSandboxConfig(r.GetConfig()); err != nil {
-		return err
-	}
-	// A runtime handler (RuntimeClass) netshim cannot honour is refused
-	// rather than the pod silently run with Docker's default runtime.
-	if h := r.GetRuntimeHandler(); h != "" {
-		return invalidArgf("runtime handler %s is not supported: netshim runs every pod with Docker's default runtime; remove the pod's runtimeClassName", shortQuote(h))
-	}
-	return nil
+	// The runtime handler is checked against the engine's runtimes by
+	// RunPodSandbox (runtime_handlers.go), which needs docker info.
+	return validateSandboxConfig(r.GetConfig())
 }
 
 func validatePortMappings(pms []*runtimeapi.PortMapping) error {

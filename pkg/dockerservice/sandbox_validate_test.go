@@ -104,16 +104,6 @@ func TestValidateSandboxConfig(t *testing.T) {
 	}
 }
 
-func TestRunPodSandboxRefusesRuntimeHandler(t *testing.T) {
-	err := validateRunPodSandbox(&runtimeapi.RunPodSandboxRequest{Config: podConfig("v"), RuntimeHandler: "kata"})
-	if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"kata"`) {
-		t.Fatalf("got %v, want InvalidArgument naming the handler", err)
-	}
-	if err := validateRunPodSandbox(&runtimeapi.RunPodSandboxRequest{Config: podConfig("v")}); err != nil {
-		t.Fatalf("default handler refused: %v", err)
-	}
-}
-
 func TestReadSeccompProfile(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.json")

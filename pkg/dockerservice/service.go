@@ -63,6 +63,9 @@ type DockerService struct {
 	// images caches what ListImages and ImageFsInfo would otherwise ask
 	// Docker for on every poll (image_state.go).
 	images imageState
+	// runtimes caches the engine's runtimes, which runtime handlers name
+	// (runtime_handlers.go).
+	runtimes *runtimeCatalog
 	// streaming serves exec/attach/port-forward sessions (streaming.go).
 	streaming StreamingServer
 
@@ -121,6 +124,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		imagePresent:     map[string]bool{},
 		containers:       newContainerRuntime(client),
 	}
+	ds.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
 	ds.index = ds.newIndex()
 	ds.store = ds.index.Store()
 	if err := ds.loadCheckpoints(); err != nil {

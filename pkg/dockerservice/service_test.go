@@ -648,6 +648,11 @@ func TestIndexFollowsChangesBehindNetshimsBack(t *testing.T) {
 		_, ok := e.ds.store.Get(removed)
 		return !ok && state(removed) == runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	})
+	// The first Status reads docker info's runtimes, which are then
+	// cached (runtime_handlers.go); the polls after it cost nothing.
+	if _, err := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{}); err != nil {
+		t.Fatal(err)
+	}
 	e.docker.resetCalls()
 	for i := 0; i < 10; i++ {
 		if _, err := e.ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: killed}); err != nil {

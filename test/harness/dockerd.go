@@ -21,8 +21,9 @@ type Dockerd struct {
 	Dir  string
 	Sock string
 
-	images []string
-	args   []string
+	images   []string
+	args     []string
+	runtimes []extraRuntime
 
 	mu   sync.Mutex
 	proc *proc
@@ -40,6 +41,58 @@ func WithImages(refs ...string) DockerdOption {
 // WithDockerdArgs appends flags to dockerd's command line.
 func WithDockerdArgs(args ...string) DockerdOption {
 	return func(d *Dockerd) { d.args = append(d.args, args...) }
+}
+
+// AltRuntime is the name under which the test engines register runc a
+// second time (WithRuntime here; hack/dockerd.sh and hack/docker29.sh for
+// the engines `make e2e` uses), so that a test can run a pod with a
+// runtime handler other than the default.
+const AltRuntime = "netshim-alt"
+
+// extraRuntime is a runtime registered with --add-runtime NAME=PATH.
+type extraRuntime struct{ name, path string }
+
+// WithRuntime registers an OCI runtime under name (dockerd --add-runtime,
+// which Docker 20.10 and 29 both take). An empty path is the runc the
+// engine runs by default: the one next to $E2E_DOCKERD when that is set
+// (Docker 29 needs its own runc), else runc on PATH.
+func WithRuntime(name, path string) DockerdOption {
+	return func(d *Dockerd) { d.runtimes = append(d.runtimes, extraRuntime{name, path}) }
+}
+
+// EngineRunc is the runc a private engine runs by default: see WithRuntime.
+func EngineRunc() (string, error) {
+	if bin := os.Getenv("E2E_DOCKERD"); bin != "" {
+		p := filepath.Join(filepath.Dir(bin), "runc")
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("E2E_DOCKERD is %s but there is no runc next to it: %w", bin, err)
+		}
+		return p, nil
+	}
+	p, err := exec.LookPath("runc")
+	if err != nil {
+		return "", fmt.Errorf("no runc on PATH: %w", err)
+	}
+	return filepath.Abs(p)
+}
+
+// runtimeArgs are the --add-runtime flags of the registered runtimes.
+func (d *Dockerd) runtimeArgs() ([]string, error) {
+	var args []string
+	for _, rt := range d.runtimes {
+		path := rt.path
+		if path == "" {
+			var err error
+			if path, err = EngineRunc(); err != nil {
+				return nil, fmt.Errorf("runtime %s: %w", rt.name, err)
+			}
+		}
+		if rt.name == "" || strings.ContainsAny(rt.name, "= ") || !filepath.IsAbs(path) {
+			return nil, fmt.Errorf("runtime %q=%q: want a name without '=' or spaces and an absolute path", rt.name, path)
+		}
+		args = append(args, "--add-runtime", rt.name+"="+path)
+	}
+	return args, nil
 }
 
 // StartPrivateDockerd starts a private engine, loads the images, and
@@ -117,6 +170,10 @@ func (d *Dockerd) Start() error {
 	if d.proc != nil && !d.proc.exited() {
 		return errors.New("private dockerd is already running")
 	}
+	rtArgs, err := d.runtimeArgs()
+	if err != nil {
+		return err
+	}
 	logf, err := os.OpenFile(d.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -129,7 +186,7 @@ func (d *Dockerd) Start() error {
 		"--bridge", "none",
 		"--iptables=false",
 		"--ip-masq=false",
-	}, d.args...)
+	}, append(rtArgs, d.args...)...)
 	bin, env := privateDockerdBin()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env

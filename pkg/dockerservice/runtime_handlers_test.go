@@ -1,0 +1,483 @@
+package dockerservice
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/system"
+	"google.golang.org/grpc/codes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/testutil"
+)
+
+// fakeClock is the runtime catalog's clock in tests.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// rroFeatures is the OCI features document of a runc that has "rro".
+const rroFeatures = `{"ociVersionMin":"1.0.0","mountOptions":["ro","rro","rbind"]}`
+
+// engineInfo is a docker info with these runtimes: name → its OCI features
+// document, "" when Docker reports none for it (Docker < 25).
+func engineInfo(kernel, defaultRuntime string, runtimes map[string]string) system.Info {
+	info := system.Info{KernelVersion: kernel, DefaultRuntime: defaultRuntime, Runtimes: map[string]system.RuntimeWithStatus{}}
+	for name, features := range runtimes {
+		rt := system.RuntimeWithStatus{Runtime: system.Runtime{Path: "/usr/bin/" + name}}
+		if features != "" {
+			rt.Status = map[string]string{ociFeaturesKey: features}
+		}
+		info.Runtimes[name] = rt
+	}
+	return info
+}
+
+// docker2010Info is what Docker 20.10 on this machine says.
+func docker2010Info(kernel string) system.Info {
+	return engineInfo(kernel, "runc", map[string]string{"io.containerd.runc.v2": "", "io.containerd.runtime.v1.linux": "", "runc": ""})
+}
+
+// docker29Info is Docker 29 with runc and a second runc under another name.
+func docker29Info(kernel string) system.Info {
+	return engineInfo(kernel, "runc", map[string]string{"runc": rroFeatures, "runc-alt": rroFeatures})
+}
+
+func TestParseKernelVersion(t *testing.T) {
+	for _, tc := range []struct {
+		in           string
+		major, minor int
+		ok           bool
+	}{
+		{"6.18.44-fc-v669", 6, 18, true},
+		{"5.12.0", 5, 12, true},
+		{"5.10.0-23-amd64", 5, 10, true},
+		{"5.15.153.1-microsoft-standard-WSL2", 5, 15, true},
+		{"4.19", 4, 19, true},
+		{"6", 0, 0, false},
+		{"", 0, 0, false},
+		{"x.y.z", 0, 0, false},
+		{".12.0", 0, 0, false},
+	} {
+		major, minor, ok := parseKernelVersion(tc.in)
+		if major != tc.major || minor != tc.minor || ok != tc.ok {
+			t.Errorf("parseKernelVersion(%q) = %d, %d, %v; want %d, %d, %v", tc.in, major, minor, ok, tc.major, tc.minor, tc.ok)
+		}
+	}
+}
+
+// TestRuntimeHandlerFeatures: every runtime is listed after the default
+// handler "", and recursive read-only mounts are claimed for a handler
+// only when Docker can be asked for them (API 1.44), the kernel has
+// mount_setattr (5.12) and Docker reports "rro" for the runtime it runs.
+func TestRuntimeHandlerFeatures(t *testing.T) {
+	type handler struct {
+		name string
+		rro  bool
+	}
+	for _, tc := range []struct {
+		name string
+		info *system.Info // nil: nothing read yet
+		api  string
+		want []handler
+	}{
+		{
+			name: "nothing read yet",
+			api:  "1.51",
+			want: []handler{{"", false}},
+		},
+		{
+			name: "docker 20.10",
+			info: ptr(docker2010Info("6.18.44-fc-v669")),
+			api:  "1.41",
+			want: []handler{{"", false}, {"io.containerd.runc.v2", false}, {"io.containerd.runtime.v1.linux", false}, {"runc", false}},
+		},
+		{
+			name: "docker 29",
+			info: ptr(docker29Info("6.18.44-fc-v669")),
+			api:  "1.51",
+			want: []handler{{"", true}, {"runc", true}, {"runc-alt", true}},
+		},
+		{
+			name: "docker 29 spoken to at API 1.43",
+			info: ptr(docker29Info("6.18.44-fc-v669")),
+			api:  "1.43",
+			want: []handler{{"", false}, {"runc", false}, {"runc-alt", false}},
+		},
+		{
+			name: "API not negotiated",
+			info: ptr(docker29Info("6.18.44-fc-v669")),
+			api:  "",
+			want: []handler{{"", false}, {"runc", false}, {"runc-alt", false}},
+		},
+		{
+			name: "kernel 5.10",
+			info: ptr(docker29Info("5.10.0-23-amd64")),
+			api:  "1.51",
+			want: []handler{{"", false}, {"runc", false}, {"runc-alt", false}},
+		},
+		{
+			name: "kernel 5.12",
+			info: ptr(docker29Info("5.12.0")),
+			api:  "1.44",
+			want: []handler{{"", true}, {"runc", true}, {"runc-alt", true}},
+		},
+		{
+			name: "kernel unknown",
+			info: ptr(docker29Info("")),
+			api:  "1.51",
+			want: []handler{{"", false}, {"runc", false}, {"runc-alt", false}},
+		},
+		{
+			name: "one runtime without rro, one without features, one unreadable",
+			info: ptr(engineInfo("6.1.0", "crun", map[string]string{
+				"crun":   rroFeatures,
+				"old":    `{"mountOptions":["ro"]}`,
+				"shimv2": "",
+				"broken": "{",
+			})),
+			api:  "1.51",
+			want: []handler{{"", true}, {"broken", false}, {"crun", true}, {"old", false}, {"shimv2", false}},
+		},
+		{
+			name: "default runtime without features",
+			info: ptr(engineInfo("6.1.0", "plain", map[string]string{"plain": "", "runc": rroFeatures})),
+			api:  "1.51",
+			want: []handler{{"", false}, {"plain", false}, {"runc", true}},
+		},
+		{
+			name: "default runtime missing from the map",
+			info: ptr(engineInfo("6.1.0", "ghost", map[string]string{"runc": rroFeatures})),
+			api:  "1.51",
+			want: []handler{{"", false}, {"ghost", false}, {"runc", true}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r *engineRuntimes
+			if tc.info != nil {
+				r = newEngineRuntimes(*tc.info, tc.api, time.Now())
+			}
+			var got []handler
+			for _, h := range r.handlers(tc.api) {
+				if h.GetFeatures().GetUserNamespaces() {
+					t.Errorf("handler %q claims user namespaces", h.Name)
+				}
+				got = append(got, handler{h.Name, h.GetFeatures().GetRecursiveReadOnlyMounts()})
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("handlers = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// runtimesEnv is a test env whose engine reports info, with the runtime
+// catalog on a fake clock.
+func runtimesEnv(t *testing.T, info system.Info) (*testEnv, *fakeClock) {
+	t.Helper()
+	e := newTestEnv(t)
+	clk := newFakeClock()
+	e.ds.runtimes.now = clk.now
+	e.setInfo(info)
+	return e, clk
+}
+
+func (e *testEnv) setInfo(info system.Info) {
+	e.docker.mu.Lock()
+	e.docker.info = info
+	e.docker.mu.Unlock()
+}
+
+func (e *testEnv) handlerNames(t *testing.T) []string {
+	t.Helper()
+	resp, err := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, h := range resp.RuntimeHandlers {
+		names = append(names, h.Name)
+	}
+	return names
+}
+
+// TestStatusRuntimeHandlersAreCached: kubelet polls Status every few
+// seconds; docker info is read once, served for runtimesMaxAge, then
+// refreshed in the background while the old answer is served.
+func TestStatusRuntimeHandlersAreCached(t *testing.T) {
+	e, clk := runtimesEnv(t, docker29Info("6.1.0"))
+	want := []string{"", "runc", "runc-alt"}
+	for range 5 {
+		if got := e.handlerNames(t); !slices.Equal(got, want) {
+			t.Fatalf("handlers = %q, want %q", got, want)
+		}
+	}
+	if n := e.docker.count("Info"); n != 1 {
+		t.Fatalf("%d docker info calls for 5 Status polls, want 1", n)
+	}
+
+	// A runtime is added; the cache ages; the next poll still answers
+	// from it, and starts one refresh.
+	info := docker29Info("6.1.0")
+	info.Runtimes["kata"] = system.RuntimeWithStatus{}
+	e.setInfo(info)
+	clk.advance(runtimesMaxAge - time.Second)
+	if got := e.handlerNames(t); !slices.Equal(got, want) || e.docker.count("Info") != 1 {
+		t.Fatalf("within max age: handlers %q, %d info calls", got, e.docker.count("Info"))
+	}
+	clk.advance(time.Second)
+	e.handlerNames(t)
+	testutil.Eventually(t, "the refreshed runtimes", func() bool {
+		return slices.Equal(e.handlerNames(t), []string{"", "kata", "runc", "runc-alt"})
+	})
+	if n := e.docker.count("Info"); n != 2 {
+		t.Errorf("%d docker info calls, want 2", n)
+	}
+}
+
+// TestStatusDoesNotWaitForAHungRefresh: once something is cached, Status
+// answers from it even while docker info hangs.
+func TestStatusDoesNotWaitForAHungRefresh(t *testing.T) {
+	e, clk := runtimesEnv(t, docker29Info("6.1.0"))
+	e.handlerNames(t)
+	gate := make(chan struct{})
+	e.docker.mu.Lock()
+	e.docker.infoGate = gate
+	e.docker.mu.Unlock()
+	defer close(gate)
+	clk.advance(runtimesMaxAge)
+	e.handlerNames(t)
+	testutil.Eventually(t, "the refresh to ask docker info", func() bool { return e.docker.count("Info") == 2 })
+	for range 3 {
+		if got := e.handlerNames(t); !slices.Equal(got, []string{"", "runc", "runc-alt"}) {
+			t.Fatalf("handlers = %q", got)
+		}
+	}
+	if n := e.docker.count("Info"); n != 2 {
+		t.Errorf("%d docker info calls, want 2: one refresh at a time", n)
+	}
+}
+
+// TestStatusRuntimeHandlersWhenInfoFails: the default handler is always
+// listed; a failed read is retried after runtimesRetryAfter, not at every
+// poll.
+func TestStatusRuntimeHandlersWhenInfoFails(t *testing.T) {
+	e, clk := runtimesEnv(t, docker29Info("6.1.0"))
+	e.docker.mu.Lock()
+	e.docker.infoErr = errors.New("engine busy")
+	e.docker.mu.Unlock()
+	for range 3 {
+		if got := e.handlerNames(t); !slices.Equal(got, []string{""}) {
+			t.Fatalf("handlers = %q, want only the default", got)
+		}
+	}
+	if n := e.docker.count("Info"); n != 1 {
+		t.Fatalf("%d docker info calls, want 1 within the retry delay", n)
+	}
+	e.docker.mu.Lock()
+	e.docker.infoErr = nil
+	e.docker.mu.Unlock()
+	clk.advance(runtimesRetryAfter)
+	if got := e.handlerNames(t); !slices.Equal(got, []string{"", "runc", "runc-alt"}) {
+		t.Fatalf("after the retry delay: handlers = %q", got)
+	}
+}
+
+// TestRunPodSandboxRuntimeHandler: a handler names a Docker runtime, which
+// the sandbox and its containers run with, and which status and list
+// report; an unknown one is refused before anything is made.
+func TestRunPodSandboxRuntimeHandler(t *testing.T) {
+	for _, tc := range []struct {
+		handler     string
+		wantRuntime string
+		wantErr     []string
+	}{
+		{handler: "", wantRuntime: ""},
+		{handler: "runc", wantRuntime: "runc"},
+		{handler: "runc-alt", wantRuntime: "runc-alt"},
+		{handler: "kata", wantErr: []string{`unknown runtime handler "kata"`, "runtimes runc, runc-alt", "daemon.json"}},
+		{handler: "RUNC", wantErr: []string{`"RUNC"`}},
+		{handler: strings.Repeat("x", 5000), wantErr: []string{"(5000 bytes)"}},
+	} {
+		t.Run(handlerTestName(tc.handler), func(t *testing.T) {
+			e, _ := runtimesEnv(t, docker29Info("6.1.0"))
+			e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+			cfg := podConfig("rc")
+			resp, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: tc.handler})
+			if tc.wantErr != nil {
+				if codeOf(err) != codes.InvalidArgument {
+					t.Fatalf("got %v, want InvalidArgument", err)
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("message %q does not say %q", err, w)
+					}
+				}
+				if n := e.docker.count("ContainerCreate"); n != 0 {
+					t.Errorf("%d containers created", n)
+				}
+				if ids, _ := e.ckpt.List(); len(ids) != 0 {
+					t.Errorf("checkpoints left: %v", ids)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("RunPodSandbox: %v", err)
+			}
+			id := resp.PodSandboxId
+			pe := &podEnv{testEnv: e, sandboxID: id, sandbox: cfg}
+			if got := pe.dockerInspect(t, id).HostConfig.Runtime; got != tc.wantRuntime {
+				t.Errorf("sandbox runs with Docker runtime %q, want %q", got, tc.wantRuntime)
+			}
+			_, hc := pe.createInspect(t, ctrConfig("app"))
+			if hc.Runtime != tc.wantRuntime {
+				t.Errorf("container runs with Docker runtime %q, want %q", hc.Runtime, tc.wantRuntime)
+			}
+			st, err := e.ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Status.RuntimeHandler != tc.handler {
+				t.Errorf("status says handler %q, want %q", st.Status.RuntimeHandler, tc.handler)
+			}
+			list, err := e.ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Items) != 1 || list.Items[0].RuntimeHandler != tc.handler {
+				t.Errorf("list = %v, want one sandbox with handler %q", list.Items, tc.handler)
+			}
+		})
+	}
+}
+
+// TestRunPodSandboxDefaultHandlerNeedsNoInfo: the default handler is
+// Docker's default runtime; nothing needs to be looked up.
+func TestRunPodSandboxDefaultHandlerNeedsNoInfo(t *testing.T) {
+	e, _ := runtimesEnv(t, docker29Info("6.1.0"))
+	e.run(t, podConfig("plain"))
+	if n := e.docker.count("Info"); n != 0 {
+		t.Errorf("%d docker info calls for the default handler", n)
+	}
+}
+
+// TestRunPodSandboxSeesANewRuntimeAtOnce: a handler the cache does not
+// know makes it read docker info again at once (a runtime added to
+// daemon.json is usable without waiting), but a misspelt handler retried
+// in a loop costs at most one read per runtimesForcedMinGap.
+func TestRunPodSandboxSeesANewRuntimeAtOnce(t *testing.T) {
+	e, clk := runtimesEnv(t, docker29Info("6.1.0"))
+	e.handlerNames(t)
+	info := docker29Info("6.1.0")
+	info.Runtimes["runc-new"] = system.RuntimeWithStatus{}
+	e.setInfo(info)
+	clk.advance(runtimesForcedMinGap)
+	if _, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("new"), RuntimeHandler: "runc-new"}); err != nil {
+		t.Fatalf("RunPodSandbox with a runtime added since the last read: %v", err)
+	}
+	if n := e.docker.count("Info"); n != 2 {
+		t.Fatalf("%d docker info calls, want 2", n)
+	}
+	for range 3 {
+		_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("typo"), RuntimeHandler: "runc-nwe"})
+		if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "runc, runc-alt, runc-new") {
+			t.Fatalf("got %v, want InvalidArgument listing the runtimes", err)
+		}
+	}
+	if n := e.docker.count("Info"); n != 2 {
+		t.Errorf("%d docker info calls after 3 refused pods within the gap, want still 2", n)
+	}
+}
+
+// TestRunPodSandboxRuntimesUnknown: with docker info failing, a named
+// handler cannot be checked: Unavailable (retry), nothing made.
+func TestRunPodSandboxRuntimesUnknown(t *testing.T) {
+	e, _ := runtimesEnv(t, docker29Info("6.1.0"))
+	e.docker.mu.Lock()
+	e.docker.infoErr = errors.New("engine busy")
+	e.docker.mu.Unlock()
+	_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("x"), RuntimeHandler: "runc"})
+	if codeOf(err) != codes.Unavailable || !strings.Contains(err.Error(), "engine busy") {
+		t.Fatalf("got %v, want Unavailable with Docker's error", err)
+	}
+	if n := e.docker.count("ContainerCreate"); n != 0 {
+		t.Errorf("%d containers created", n)
+	}
+}
+
+// TestCreateContainerRecursiveReadOnlyPerHandler: a recursive read-only
+// mount is made with ReadOnlyForceRecursive when the pod's runtime can,
+// and refused, naming why, when the kernel or the runtime is known not to.
+func TestCreateContainerRecursiveReadOnlyPerHandler(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		info    system.Info
+		api     string
+		handler string
+		wantErr string
+	}{
+		{name: "docker 29", info: docker29Info("6.1.0"), api: "1.51", handler: "runc-alt"},
+		{name: "default handler", info: docker29Info("6.1.0"), api: "1.51"},
+		{name: "API 1.41", info: docker29Info("6.1.0"), api: "1.41", wantErr: "API 1.44"},
+		{name: "old kernel", info: docker29Info("5.10.0"), api: "1.51", wantErr: "older than 5.12"},
+		{name: "runtime without rro", info: engineInfo("6.1.0", "runc", map[string]string{"runc": rroFeatures, "old": `{"mountOptions":["ro"]}`}), api: "1.51", handler: "old", wantErr: `"rro"`},
+		{name: "runtime without features", info: engineInfo("6.1.0", "runc", map[string]string{"runc": ""}), api: "1.51", wantErr: "no OCI features"},
+		// Unknown kernel: Docker decides at start.
+		{name: "kernel unknown", info: docker29Info(""), api: "1.51"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _ := runtimesEnv(t, tc.info)
+			e.useEngineAPI(tc.api)
+			e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+			cfg := podConfig("rro")
+			resp, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: tc.handler})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pe := &podEnv{testEnv: e, sandboxID: resp.PodSandboxId, sandbox: cfg}
+			c := ctrConfig("rro")
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/src", ContainerPath: "/dst", Readonly: true, RecursiveReadOnly: true}}
+			if tc.wantErr != "" {
+				_, err := pe.createErr(c)
+				requireInvalidArgument(t, err, tc.wantErr)
+				if n := e.docker.count("ContainerCreate"); n != 1 {
+					t.Errorf("%d creates, want only the sandbox's", n)
+				}
+				return
+			}
+			_, hc := pe.createInspect(t, c)
+			if len(hc.Mounts) != 1 || hc.Mounts[0].BindOptions == nil || !hc.Mounts[0].BindOptions.ReadOnlyForceRecursive || hc.Runtime != tc.handler {
+				t.Errorf("mounts %+v runtime %q", hc.Mounts, hc.Runtime)
+			}
+		})
+	}
+}
+
+func handlerTestName(h string) string {
+	if h == "" {
+		return "default"
+	}
+	return h[:min(len(h), 10)]
+}
