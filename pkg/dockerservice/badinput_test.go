@@ -244,6 +244,10 @@ func (f *badInputFixture) cases() []badCase {
 			_, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: s.id})
 			return err
 		}, s.msg...)
+		add("PodSandboxStats", s.name, s.code, func(ctx context.Context) error {
+			_, err := rt.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{PodSandboxId: s.id})
+			return err
+		}, s.msg...)
 	}
 	// Stop and Remove are idempotent: an unknown sandbox is already gone.
 	add("StopPodSandbox", "unknown id", codes.OK, func(ctx context.Context) error {
@@ -258,6 +262,21 @@ func (f *badInputFixture) cases() []badCase {
 		_, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: f.unknown})
 		return err
 	}, f.unknown, "not found")
+	add("PodSandboxStats", "unknown id", codes.NotFound, func(ctx context.Context) error {
+		_, err := rt.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{PodSandboxId: f.unknown})
+		return err
+	}, f.unknown, "not found")
+	add("ListPodSandboxStats", "unknown id, container id, unmatched selector", codes.OK, func(ctx context.Context) error {
+		for _, filter := range []*runtimeapi.PodSandboxStatsFilter{
+			{Id: f.unknown}, {Id: f.created}, {LabelSelector: map[string]string{"no": "such"}},
+		} {
+			r, err := rt.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{Filter: filter})
+			if err := empty(r.GetStats(), err); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	add("ListPodSandbox", "unknown id and huge selector", codes.OK, func(ctx context.Context) error {
 		r, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: f.unknown}})
 		if err := empty(r.GetItems(), err); err != nil {
@@ -574,6 +593,15 @@ func (f *badInputFixture) cases() []badCase {
 		_, err := rt.RuntimeConfig(ctx, &runtimeapi.RuntimeConfigRequest{})
 		return err
 	})
+	// The metrics RPCs take no argument.
+	add("ListMetricDescriptors", "empty", codes.OK, func(ctx context.Context) error {
+		_, err := rt.ListMetricDescriptors(ctx, &runtimeapi.ListMetricDescriptorsRequest{})
+		return err
+	})
+	add("ListPodSandboxMetrics", "empty", codes.OK, func(ctx context.Context) error {
+		_, err := rt.ListPodSandboxMetrics(ctx, &runtimeapi.ListPodSandboxMetricsRequest{})
+		return err
+	})
 
 	// UpdatePodSandboxResources: nothing to do for Docker, but the sandbox
 	// must exist.
@@ -592,14 +620,6 @@ func (f *badInputFixture) cases() []badCase {
 	unimpl := func(method string, call func(context.Context) error) {
 		add(method, "unimplemented", codes.Unimplemented, call, method)
 	}
-	unimpl("PodSandboxStats", func(ctx context.Context) error {
-		_, err := rt.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{PodSandboxId: f.created})
-		return err
-	})
-	unimpl("ListPodSandboxStats", func(ctx context.Context) error {
-		_, err := rt.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{})
-		return err
-	})
 	unimpl("CheckpointContainer", func(ctx context.Context) error {
 		_, err := rt.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: f.running, Location: "/etc/passwd"})
 		return err
@@ -610,14 +630,6 @@ func (f *badInputFixture) cases() []badCase {
 	})
 	unimpl("RestorePod", func(ctx context.Context) error {
 		_, err := rt.RestorePod(ctx, &runtimeapi.RestorePodRequest{CheckpointPath: "/etc/shadow"})
-		return err
-	})
-	unimpl("ListMetricDescriptors", func(ctx context.Context) error {
-		_, err := rt.ListMetricDescriptors(ctx, &runtimeapi.ListMetricDescriptorsRequest{})
-		return err
-	})
-	unimpl("ListPodSandboxMetrics", func(ctx context.Context) error {
-		_, err := rt.ListPodSandboxMetrics(ctx, &runtimeapi.ListPodSandboxMetricsRequest{})
 		return err
 	})
 	unimpl("StreamPodSandboxes", func(ctx context.Context) error {

@@ -1,18 +1,13 @@
 package dockerservice
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/pkg/cgstats"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -22,23 +17,19 @@ import (
 // Docker only computes it by walking the layer (inspect with size), far
 // too costly for kubelet's periodic listing.
 
-// cpuSample is a container's CPU usage at one instant, kept to turn the
-// next reading into a rate (UsageNanoCores), as kubelet expects.
-type cpuSample struct {
-	at    time.Time
-	usage uint64
-}
-
-// statsReader reads cgroup statistics; its roots are variables for tests.
+// statsReader reads cgroup statistics; its roots and clock are variables
+// for tests.
 type statsReader struct {
 	procRoot, cgroupRoot string
+	now                  func() time.Time
 
-	mu   sync.Mutex
-	prev map[string]cpuSample
+	// CPU samples of containers and of pods, kept apart so that
+	// forgetting the containers no longer listed leaves the pods'.
+	containerCPU, podCPU rateKeeper
 }
 
 func newStatsReader() *statsReader {
-	return &statsReader{procRoot: "/proc", cgroupRoot: "/sys/fs/cgroup", prev: map[string]cpuSample{}}
+	return &statsReader{procRoot: "/proc", cgroupRoot: "/sys/fs/cgroup", now: time.Now}
 }
 
 // ContainerStats reports one container's CPU and memory usage.
@@ -47,7 +38,8 @@ func (ds *DockerService) ContainerStats(_ context.Context, r *runtimeapi.Contain
 	if err != nil {
 		return nil, err
 	}
-	return &runtimeapi.ContainerStatsResponse{Stats: ds.containers.stats.read(rec, time.Now())}, nil
+	s := ds.containers.stats
+	return &runtimeapi.ContainerStatsResponse{Stats: s.containerStats(rec, s.sampleContainer(rec), s.now())}, nil
 }
 
 // ListContainerStats reports the usage of the containers matching the
@@ -59,21 +51,55 @@ func (ds *DockerService) ListContainerStats(_ context.Context, r *runtimeapi.Lis
 	}
 	f := r.GetFilter()
 	recs := ds.containersMatching(f.GetPodSandboxId(), f.GetId(), f.GetLabelSelector())
-	now := time.Now()
+	s := ds.containers.stats
+	now := s.now()
 	out := make([]*runtimeapi.ContainerStats, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, ds.containers.stats.read(rec, now))
+		out = append(out, s.containerStats(rec, s.sampleContainer(rec), now))
 	}
 	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
-		ds.containers.stats.forgetGone(recs)
+		s.containerCPU.forgetAllBut(recordIDs(recs))
 	}
 	return &runtimeapi.ListContainerStatsResponse{Stats: out}, nil
 }
 
-// read builds one container's stats. A figure that cannot be read (the
-// container stopped meanwhile, an unknown cgroup layout) is left out
-// rather than failing the whole listing.
-func (s *statsReader) read(rec *store.Record, now time.Time) *runtimeapi.ContainerStats {
+// cgroupSample is a running container's cgroup and its usage, read at one
+// instant. paths is nil when there are no figures: the container is not
+// running, or its pid no longer names a process in its cgroup (it exited
+// and the pid was reused; the index has not caught up yet).
+type cgroupSample struct {
+	paths cgstats.Paths
+	stats cgstats.Stats
+}
+
+func (s *statsReader) fs() cgstats.FS { return cgstats.FS{Root: s.cgroupRoot} }
+
+// containerCgroup finds a running container's cgroup through its pid.
+func (s *statsReader) containerCgroup(rec *store.Record) (cgstats.Paths, bool) {
+	if !rec.Running() || rec.Pid <= 0 {
+		return nil, false
+	}
+	all, err := cgstats.ReadProcCgroup(s.procRoot, rec.Pid)
+	if err != nil {
+		return nil, false
+	}
+	return all.Container(rec.ID)
+}
+
+// sampleContainer reads a container's usage; no figures when it is not
+// running.
+func (s *statsReader) sampleContainer(rec *store.Record) cgroupSample {
+	paths, ok := s.containerCgroup(rec)
+	if !ok {
+		return cgroupSample{}
+	}
+	return cgroupSample{paths: paths, stats: s.fs().Read(paths)}
+}
+
+// containerStats builds one container's stats. A figure that cannot be
+// read (the container stopped meanwhile, an unknown cgroup layout) is left
+// out rather than failing the whole listing.
+func (s *statsReader) containerStats(rec *store.Record, sample cgroupSample, now time.Time) *runtimeapi.ContainerStats {
 	info := containerInfoOf(rec)
 	ts := now.UnixNano()
 	st := &runtimeapi.ContainerStats{
@@ -81,168 +107,134 @@ func (s *statsReader) read(rec *store.Record, now time.Time) *runtimeapi.Contain
 		Cpu:        &runtimeapi.CpuUsage{Timestamp: ts},
 		Memory:     &runtimeapi.MemoryUsage{Timestamp: ts},
 	}
-	if !rec.Running() || rec.Pid <= 0 {
+	if sample.paths == nil {
 		return st
 	}
-	paths := s.cgroupPaths(rec.Pid)
-	if usage, ok := s.cpuUsage(paths); ok {
-		st.Cpu.UsageCoreNanoSeconds = &runtimeapi.UInt64Value{Value: usage}
-		if rate, ok := s.rate(rec.ID, now, usage); ok {
-			st.Cpu.UsageNanoCores = &runtimeapi.UInt64Value{Value: rate}
-		}
-	}
-	s.memoryUsage(paths, st.Memory)
+	st.Cpu = cpuUsage(sample.stats, ts, func(usage uint64) (uint64, bool) {
+		return s.containerCPU.rate(rec.ID, now, usage)
+	})
+	st.Memory = memoryUsage(sample.stats, ts)
+	st.Io = ioUsage(sample.stats, ts)
 	return st
 }
 
-// rate turns two CPU readings into nanocores, remembering this one.
-func (s *statsReader) rate(id string, now time.Time, usage uint64) (uint64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	prev, ok := s.prev[id]
-	s.prev[id] = cpuSample{at: now, usage: usage}
-	elapsed := now.Sub(prev.at)
-	if !ok || elapsed <= 0 || usage < prev.usage {
-		return 0, false
-	}
-	return uint64(float64(usage-prev.usage) / elapsed.Seconds()), true
-}
-
-// forgetGone drops the CPU samples of containers no longer listed.
-func (s *statsReader) forgetGone(listed []*store.Record) {
-	keep := make(map[string]bool, len(listed))
-	for _, r := range listed {
-		keep[r.ID] = true
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id := range s.prev {
-		if !keep[id] {
-			delete(s.prev, id)
+// cpuUsage is the CRI view of a cgroup's CPU figures; rate turns the
+// cumulative usage into nanocores.
+func cpuUsage(st cgstats.Stats, ts int64, rate func(uint64) (uint64, bool)) *runtimeapi.CpuUsage {
+	c := &runtimeapi.CpuUsage{Timestamp: ts, Psi: psiStats(st.CPUPressure)}
+	if st.CPUNanos != nil {
+		c.UsageCoreNanoSeconds = &runtimeapi.UInt64Value{Value: *st.CPUNanos}
+		if r, ok := rate(*st.CPUNanos); ok {
+			c.UsageNanoCores = &runtimeapi.UInt64Value{Value: r}
 		}
 	}
+	return c
 }
 
-// cgroupPaths reads /proc/<pid>/cgroup: controller (or "" for the cgroup
-// v2 unified hierarchy) -> path.
-func (s *statsReader) cgroupPaths(pid int) map[string]string {
-	data, err := os.ReadFile(filepath.Join(s.procRoot, strconv.Itoa(pid), "cgroup"))
-	if err != nil {
+// memoryUsage is the CRI view of a cgroup's memory: usage, working set
+// (usage less inactive file pages, as kubelet and cAdvisor compute it),
+// RSS and page faults.
+func memoryUsage(st cgstats.Stats, ts int64) *runtimeapi.MemoryUsage {
+	m := &runtimeapi.MemoryUsage{Timestamp: ts, Psi: psiStats(st.MemoryPressure)}
+	if mem := st.Memory; mem != nil {
+		m.UsageBytes = &runtimeapi.UInt64Value{Value: mem.Usage}
+		m.WorkingSetBytes = &runtimeapi.UInt64Value{Value: mem.WorkingSet()}
+		m.RssBytes = &runtimeapi.UInt64Value{Value: mem.RSS}
+		m.PageFaults = &runtimeapi.UInt64Value{Value: mem.PageFaults}
+		m.MajorPageFaults = &runtimeapi.UInt64Value{Value: mem.MajorPageFaults}
+	}
+	return m
+}
+
+// ioUsage carries only I/O pressure, the one I/O figure the CRI has; nil
+// without it (cgroup v1).
+func ioUsage(st cgstats.Stats, ts int64) *runtimeapi.IoUsage {
+	if st.IOPressure == nil {
 		return nil
 	}
-	paths := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		// "4:memory:/docker/<id>", "2:cpu,cpuacct:/...", "0::/..."
-		f := strings.SplitN(sc.Text(), ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		if f[1] == "" {
-			paths[""] = f[2]
-			continue
-		}
-		for _, c := range strings.Split(f[1], ",") {
-			paths[c] = f[2]
-		}
-	}
-	return paths
+	return &runtimeapi.IoUsage{Timestamp: ts, Psi: psiStats(st.IOPressure)}
 }
 
-// cgroupFile finds a controller's file: cgroup v1 mounts a controller at
-// <root>/<name> (or a combined "cpu,cpuacct" with symlinks), v2 has one
-// tree at <root> (or <root>/unified in hybrid mode).
-func (s *statsReader) cgroupFile(paths map[string]string, controller, v1File, v2File string) (string, bool) {
-	if p, ok := paths[controller]; ok && controller != "" && v1File != "" {
-		for _, mount := range []string{controller, "cpu,cpuacct"} {
-			f := filepath.Join(s.cgroupRoot, mount, p, v1File)
-			if _, err := os.Stat(f); err == nil {
-				return f, true
-			}
-		}
+// psiStats converts pressure to the CRI's units: totals in nanoseconds
+// (the kernel counts microseconds), averages in percent as they are.
+func psiStats(p *cgstats.PSI) *runtimeapi.PsiStats {
+	if p == nil {
+		return nil
 	}
-	if p, ok := paths[""]; ok && v2File != "" {
-		for _, root := range []string{s.cgroupRoot, filepath.Join(s.cgroupRoot, "unified")} {
-			f := filepath.Join(root, p, v2File)
-			if _, err := os.Stat(f); err == nil {
-				return f, true
-			}
+	conv := func(d *cgstats.PSIData) *runtimeapi.PsiData {
+		if d == nil {
+			return nil
 		}
+		return &runtimeapi.PsiData{Total: d.TotalMicros * 1000, Avg10: d.Avg10, Avg60: d.Avg60, Avg300: d.Avg300}
 	}
-	return "", false
+	return &runtimeapi.PsiStats{Some: conv(p.Some), Full: conv(p.Full)}
 }
 
-// cpuUsage is the cumulative CPU time in nanoseconds.
-func (s *statsReader) cpuUsage(paths map[string]string) (uint64, bool) {
-	if f, ok := s.cgroupFile(paths, "cpuacct", "cpuacct.usage", ""); ok {
-		return readUint(f)
-	}
-	if f, ok := s.cgroupFile(paths, "", "", "cpu.stat"); ok {
-		if v, ok := readStat(f)["usage_usec"]; ok {
-			return v * 1000, true
-		}
-	}
-	return 0, false
+// minRateWindow is the shortest interval a CPU rate is computed over.
+// kubelet reads the same cgroups through several RPCs moments apart
+// (PodSandboxStats, then ListContainerStats of that pod; the summary and
+// the resource metrics on their own schedules): a rate over the
+// microseconds between two of them would be noise. A reading that comes
+// sooner than this after the kept sample repeats the last rate instead of
+// replacing the sample.
+const minRateWindow = time.Second
+
+// cpuSample is a cgroup's CPU usage at one instant, and the rate computed
+// when it was taken.
+type cpuSample struct {
+	at      time.Time
+	usage   uint64
+	rate    uint64
+	hasRate bool
 }
 
-// memoryUsage fills usage, working set (usage less inactive file pages,
-// as kubelet and cAdvisor compute it), RSS and page faults.
-func (s *statsReader) memoryUsage(paths map[string]string, m *runtimeapi.MemoryUsage) {
-	if f, ok := s.cgroupFile(paths, "memory", "memory.usage_in_bytes", ""); ok {
-		usage, ok := readUint(f)
-		if !ok {
-			return
-		}
-		stat := readStat(filepath.Join(filepath.Dir(f), "memory.stat"))
-		setMemory(m, usage, stat["total_inactive_file"], stat["total_rss"], stat["total_pgfault"], stat["total_pgmajfault"])
-		return
-	}
-	if f, ok := s.cgroupFile(paths, "", "", "memory.current"); ok {
-		usage, ok := readUint(f)
-		if !ok {
-			return
-		}
-		stat := readStat(filepath.Join(filepath.Dir(f), "memory.stat"))
-		setMemory(m, usage, stat["inactive_file"], stat["anon"], stat["pgfault"], stat["pgmajfault"])
-	}
+// rateKeeper turns cumulative CPU readings into nanocores (UsageNanoCores,
+// which kubelet takes as is when the runtime reports it), keeping one
+// sample per container or pod.
+type rateKeeper struct {
+	mu   sync.Mutex
+	prev map[string]cpuSample
 }
 
-func setMemory(m *runtimeapi.MemoryUsage, usage, inactiveFile, rss, faults, majorFaults uint64) {
-	ws := uint64(0)
-	if usage > inactiveFile {
-		ws = usage - inactiveFile
+// rate returns the nanocores since the kept sample of id, if there is
+// one; see minRateWindow.
+func (k *rateKeeper) rate(id string, now time.Time, usage uint64) (uint64, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.prev == nil {
+		k.prev = map[string]cpuSample{}
 	}
-	m.UsageBytes = &runtimeapi.UInt64Value{Value: usage}
-	m.WorkingSetBytes = &runtimeapi.UInt64Value{Value: ws}
-	m.RssBytes = &runtimeapi.UInt64Value{Value: rss}
-	m.PageFaults = &runtimeapi.UInt64Value{Value: faults}
-	m.MajorPageFaults = &runtimeapi.UInt64Value{Value: majorFaults}
-}
-
-func readUint(path string) (uint64, bool) {
-	data, err := os.ReadFile(path)
-	if err != nil {
+	prev, ok := k.prev[id]
+	elapsed := now.Sub(prev.at)
+	switch {
+	case !ok || elapsed < 0 || usage < prev.usage:
+		// First reading, a clock step back, or a counter that went
+		// back (a pod whose containers are summed lost one).
+		k.prev[id] = cpuSample{at: now, usage: usage}
 		return 0, false
+	case elapsed < minRateWindow:
+		return prev.rate, prev.hasRate
 	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
-	return v, err == nil
+	r := uint64(float64(usage-prev.usage) / elapsed.Seconds())
+	k.prev[id] = cpuSample{at: now, usage: usage, rate: r, hasRate: true}
+	return r, true
 }
 
-// readStat reads a "key value" per line cgroup file.
-func readStat(path string) map[string]uint64 {
-	out := map[string]uint64{}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return out
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		k, v, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-			out[k] = n
+// forgetAllBut drops the samples of ids not in keep.
+func (k *rateKeeper) forgetAllBut(keep map[string]bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for id := range k.prev {
+		if !keep[id] {
+			delete(k.prev, id)
 		}
 	}
-	return out
+}
+
+func recordIDs(recs []*store.Record) map[string]bool {
+	ids := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		ids[r.ID] = true
+	}
+	return ids
 }

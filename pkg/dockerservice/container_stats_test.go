@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -33,6 +34,8 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 			root := t.TempDir()
 			sr := e.ds.containers.stats
 			sr.procRoot, sr.cgroupRoot = filepath.Join(root, "proc"), filepath.Join(root, "cgroup")
+			clock := time.Unix(1000, 0)
+			sr.now = func() time.Time { return clock }
 
 			running := e.create(t, ctrConfig("running"))
 			e.start(t, running)
@@ -46,6 +49,7 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 					filepath.Join(sr.cgroupRoot, cg, "cpu.stat"):       "usage_usec 5000\nuser_usec 4000\n",
 					filepath.Join(sr.cgroupRoot, cg, "memory.current"): "1000000\n",
 					filepath.Join(sr.cgroupRoot, cg, "memory.stat"):    "anon 600000\ninactive_file 300000\npgfault 7\npgmajfault 1\n",
+					filepath.Join(sr.cgroupRoot, cg, "io.pressure"):    "some avg10=1.50 avg60=0.00 avg300=0.00 total=30\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=20\n",
 				})
 			} else {
 				writeFiles(t, map[string]string{
@@ -67,12 +71,26 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 			if s.Cpu.Timestamp == 0 || s.Cpu.GetUsageCoreNanoSeconds().GetValue() != 5000000 {
 				t.Errorf("cpu = %v", s.Cpu)
 			}
+			if v2 {
+				if psi := s.GetIo().GetPsi(); psi.GetSome().GetTotal() != 30_000 || psi.GetSome().GetAvg10() != 1.5 || psi.GetFull().GetTotal() != 20_000 {
+					t.Errorf("io = %v, want the pressure in nanoseconds", s.Io)
+				}
+			} else if s.Io != nil {
+				t.Errorf("io = %v on cgroup v1, which has no pressure", s.Io)
+			}
 			m := s.Memory
 			if m.Timestamp == 0 || m.GetUsageBytes().GetValue() != 1000000 || m.GetWorkingSetBytes().GetValue() != 700000 ||
 				m.GetRssBytes().GetValue() != 600000 || m.GetPageFaults().GetValue() != 7 || m.GetMajorPageFaults().GetValue() != 1 {
 				t.Errorf("memory = %v", m)
 			}
 
+			// Two seconds and 1.5 s of CPU later: 0.75 cores.
+			clock = clock.Add(2 * time.Second)
+			if v2 {
+				writeFiles(t, map[string]string{filepath.Join(sr.cgroupRoot, cg, "cpu.stat"): "usage_usec 1505000\nuser_usec 4000\n"})
+			} else {
+				writeFiles(t, map[string]string{filepath.Join(sr.cgroupRoot, "cpuacct", cg, "cpuacct.usage"): "1505000000\n"})
+			}
 			e.docker.quiesce()
 			e.docker.resetCalls()
 			list, err := e.ds.ListContainerStats(context.Background(), &runtimeapi.ListContainerStatsRequest{})
@@ -89,8 +107,8 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 			if c := ids[created]; c.Cpu.GetTimestamp() == 0 || c.Cpu.UsageCoreNanoSeconds != nil {
 				t.Errorf("created container's cpu = %v, want a timestamp and no usage", c.Cpu)
 			}
-			if ids[running].Cpu.UsageNanoCores == nil {
-				t.Errorf("second reading has no rate: %v", ids[running].Cpu)
+			if got := ids[running].Cpu.GetUsageNanoCores(); got.GetValue() != 750_000_000 {
+				t.Errorf("second reading's rate = %v, want 750000000 nanocores", got)
 			}
 			if len(e.docker.callLog()) != 0 {
 				t.Errorf("ListContainerStats called Docker: %v", e.docker.callLog())
@@ -104,5 +122,59 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestRateKeeperWindow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var k rateKeeper
+	for _, step := range []struct {
+		name    string
+		at      time.Duration
+		usage   uint64
+		want    uint64
+		hasRate bool
+	}{
+		{"first reading: nothing to compare with", 0, 1_000_000_000, 0, false},
+		{"moments later: too short a window, no rate yet", 10 * time.Millisecond, 1_000_100_000, 0, false},
+		{"two seconds on: 1 s of CPU over 2 s", 2 * time.Second, 2_000_000_000, 500_000_000, true},
+		{"moments later: the same rate again", 2*time.Second + 5*time.Millisecond, 2_000_500_000, 500_000_000, true},
+		{"a second later: 0.25 s over 1 s", 3 * time.Second, 2_250_000_000, 250_000_000, true},
+		{"the counter went back: start over", 4 * time.Second, 100, 0, false},
+		{"and a window later a rate again", 5 * time.Second, 500_000_100, 500_000_000, true},
+		{"the clock stepped back: start over", 1 * time.Second, 600_000_000, 0, false},
+	} {
+		got, ok := k.rate("c", t0.Add(step.at), step.usage)
+		if got != step.want || ok != step.hasRate {
+			t.Errorf("%s: rate = %d, %v; want %d, %v", step.name, got, ok, step.want, step.hasRate)
+		}
+	}
+	k.forgetAllBut(map[string]bool{"other": true})
+	if _, ok := k.rate("c", t0.Add(10*time.Second), 700_000_000); ok {
+		t.Error("a forgotten sample still gave a rate")
+	}
+}
+
+// A pid the index still holds for a container whose process exited may
+// name another process by now: its cgroup is not the container's, and
+// its usage must not be reported as the container's.
+func TestContainerStatsIgnoresReusedPid(t *testing.T) {
+	e := newPodEnv(t)
+	root := t.TempDir()
+	sr := e.ds.containers.stats
+	sr.procRoot, sr.cgroupRoot = filepath.Join(root, "proc"), filepath.Join(root, "cgroup")
+	id := e.create(t, ctrConfig("running"))
+	e.start(t, id)
+	rec, _ := e.ds.store.Get(id)
+	writeFiles(t, map[string]string{
+		filepath.Join(sr.procRoot, strconv.Itoa(rec.Pid), "cgroup"):        "0::/system.slice/cron.service\n",
+		filepath.Join(sr.cgroupRoot, "system.slice/cron.service/cpu.stat"): "usage_usec 5000\n",
+	})
+	resp, err := e.ds.ContainerStats(context.Background(), &runtimeapi.ContainerStatsRequest{ContainerId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Stats.Cpu.UsageCoreNanoSeconds != nil || resp.Stats.Memory.UsageBytes != nil {
+		t.Errorf("reported another process's usage: %v", resp.Stats)
 	}
 }

@@ -18,6 +18,7 @@ var hotRPCs = map[string]bool{
 	"ListPodSandbox": true, "ListContainers": true, "PodSandboxStatus": true,
 	"ContainerStatus": true, "Status": true, "Version": true, "ImageFsInfo": true,
 	"ListContainerStats": true, "ListPodSandboxStats": true, "ListImages": true, "ImageStatus": true,
+	"PodSandboxStats": true, "ListPodSandboxMetrics": true,
 }
 
 // UnaryInterceptor is the one place where RPCs are logged and errors become

@@ -284,7 +284,8 @@ func scenarioPopulate(ctx context.Context, b *bench) error {
 
 // scenarioReadLatency times the reads kubelet polls, with the pods present:
 // ListPodSandbox unfiltered (kubelet's relist), PodSandboxStatus of each
-// pod in turn, and Status.
+// pod in turn, Status, and ListPodSandboxStats unfiltered (kubelet's
+// summary with the PodAndContainerStatsFromCRI gate).
 func scenarioReadLatency(ctx context.Context, b *bench) error {
 	if len(b.population) == 0 {
 		return errors.New("no pods present (populate failed)")
@@ -313,6 +314,15 @@ func scenarioReadLatency(ctx context.Context, b *bench) error {
 		_, err := b.rt.Status(ctx, &runtimeapi.StatusRequest{})
 		return err
 	}
+	// The bench's pods have no workload container: this reads each
+	// infra container's cgroup, its pod cgroup and its netns's counters.
+	podStats := func(ctx context.Context) error {
+		r, err := b.rt.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{})
+		if err == nil && len(r.GetStats()) < len(b.population) {
+			err = fmt.Errorf("listed %d pods, want at least %d", len(r.GetStats()), len(b.population))
+		}
+		return err
+	}
 
 	for _, m := range []struct {
 		key, name string
@@ -323,6 +333,7 @@ func scenarioReadLatency(ctx context.Context, b *bench) error {
 		{"listraw", "ListPodSandbox, answer not decoded", calls, listRaw},
 		{"status", "PodSandboxStatus", calls, status},
 		{"rtstatus", "Status", max(calls/10, 10), rtStatus},
+		{"podstats", "ListPodSandboxStats", max(calls/10, 10), podStats},
 	} {
 		// A few untimed calls first: connection and caches warm.
 		for range 5 {

@@ -1,0 +1,130 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// A pod with a kubelet-style cgroup parent (cgroupfs driver: ".../pod<uid>")
+// running a busy loop: PodSandboxStats (what `crictl statsp` shows) reports
+// the pod cgroup's CPU time as Docker's cgroup files have it, a CPU rate,
+// a memory working set, the pod's tasks, eth0's received bytes after the
+// host pinged the pod, and the busy container's stats; ListPodSandboxStats
+// filters by ID; ListPodSandboxMetrics has the pod's CPU and network.
+func TestPodSandboxStats(t *testing.T) {
+	requireWorkloadImage(t)
+	e := newEnv(t, envOptions{})
+	e.start()
+	uid := e.namespace + "-stats"
+	top := fmt.Sprintf("/nse2e-stats-%d", e.slot)
+	parent := top + "/pod" + uid
+	podID, podCfg := e.runPodWith("stats", func(c *runtimeapi.PodSandboxConfig) { c.Linux.CgroupParent = parent })
+	// Docker makes the parent cgroups and leaves them: remove them once
+	// the pod is gone (e.cleanup, registered first, runs after this).
+	t.Cleanup(func() {
+		_, _, _ = e.crictl("stopp", podID)
+		_, _, _ = e.crictl("rmp", podID)
+		for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "blkio", "devices", "freezer", "cpuset", "perf_event", "net_cls", "net_prio", "hugetlb", "systemd", "unified", "rdma", "misc"} {
+			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, parent))
+			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, top))
+		}
+	})
+	busy := e.startContainer(podID, podCfg, "busy", func(c *runtimeapi.ContainerConfig) {
+		c.Image = &runtimeapi.ImageSpec{Image: workloadImage}
+		c.Command = []string{"sh", "-c", "while :; do :; done"}
+	})
+	ping(t, e.podIPs(podID)[0])
+
+	get := func() (*runtimeapi.PodSandboxStats, time.Duration) {
+		ctx, cancel := e.rpcCtx()
+		defer cancel()
+		start := time.Now()
+		resp, err := e.client.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{PodSandboxId: podID})
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("PodSandboxStats: %v", err)
+		}
+		return resp.Stats, took
+	}
+	// The rate needs two readings at least a second apart.
+	var st *runtimeapi.PodSandboxStats
+	var took time.Duration
+	if !poll(15*time.Second, func() bool {
+		st, took = get()
+		return st.GetLinux().GetCpu().GetUsageNanoCores() != nil
+	}) {
+		t.Fatalf("no CPU rate after 15 s: %v", st.GetLinux().GetCpu())
+	}
+	l := st.Linux
+	t.Logf("PodSandboxStats took %s: cpu %d ns (%d nanocores), working set %d, tasks %d, eth0 rx %d",
+		took, l.Cpu.GetUsageCoreNanoSeconds().GetValue(), l.Cpu.GetUsageNanoCores().GetValue(), l.Memory.GetWorkingSetBytes().GetValue(),
+		l.Process.GetProcessCount().GetValue(), l.Network.GetDefaultInterface().GetRxBytes().GetValue())
+
+	// The pod cgroup's own counter, read after the RPC: at least what it
+	// reported, and more than the busy container alone.
+	data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct", parent, "cpuacct.usage"))
+	if err != nil {
+		t.Fatalf("reading the pod cgroup (cgroup v1 expected on this machine): %v", err)
+	}
+	podCPU, _ := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	var busyStats *runtimeapi.ContainerStats
+	for _, c := range l.Containers {
+		if c.Attributes.Id == busy {
+			busyStats = c
+		}
+	}
+	if busyStats == nil || busyStats.Cpu.GetUsageCoreNanoSeconds().GetValue() == 0 {
+		t.Fatalf("containers = %v, want the busy container's stats", l.Containers)
+	}
+	if got := l.Cpu.GetUsageCoreNanoSeconds().GetValue(); got > podCPU || got < busyStats.Cpu.GetUsageCoreNanoSeconds().GetValue() {
+		t.Errorf("pod cpu %d, want between the busy container's %d and the pod cgroup's %d read after", got, busyStats.Cpu.GetUsageCoreNanoSeconds().GetValue(), podCPU)
+	}
+	// A busy loop on a shared two-core machine: at least a tenth of a core.
+	if r := l.Cpu.GetUsageNanoCores().GetValue(); r < 100_000_000 {
+		t.Errorf("pod CPU rate %d nanocores, want a busy loop's", r)
+	}
+	if l.Memory.GetWorkingSetBytes().GetValue() == 0 || l.Process.GetProcessCount().GetValue() < 2 {
+		t.Errorf("memory %v process %v, want a working set and the pause and shell tasks", l.Memory, l.Process)
+	}
+	if n := l.Network.GetDefaultInterface(); n.GetName() != "eth0" || n.GetRxBytes().GetValue() == 0 {
+		t.Errorf("network = %v, want eth0 with the ping's bytes", l.Network)
+	}
+
+	ctx, cancel := e.rpcCtx()
+	defer cancel()
+	list, err := e.client.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{Filter: &runtimeapi.PodSandboxStatsFilter{Id: podID[:12]}})
+	if err != nil || len(list.Stats) != 1 || list.Stats[0].Attributes.Id != podID {
+		t.Errorf("ListPodSandboxStats by ID prefix = %v, %v", list, err)
+	}
+	metrics, err := e.client.ListPodSandboxMetrics(ctx, &runtimeapi.ListPodSandboxMetricsRequest{})
+	if err != nil {
+		t.Fatalf("ListPodSandboxMetrics: %v", err)
+	}
+	var names []string
+	for _, pm := range metrics.PodMetrics {
+		if pm.PodSandboxId != podID {
+			continue
+		}
+		for _, m := range pm.Metrics {
+			names = append(names, m.Name+"{"+strings.Join(m.LabelValues, ",")+"}")
+		}
+	}
+	joined := strings.Join(names, "\n")
+	for _, want := range []string{
+		"container_cpu_usage_seconds_total{," + parent + ",,," + e.namespace + ",stats,total}",
+		"container_network_receive_bytes_total{POD,",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("pod metrics lack %s:\n%s", want, joined)
+		}
+	}
+}
