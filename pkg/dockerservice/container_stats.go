@@ -18,9 +18,10 @@ import (
 
 // Container stats are read from the containers' cgroups, found through
 // their pid in the index: no Docker call (Docker's stats API samples for
-// a second per container). The writable layer's size is not reported:
-// Docker only computes it by walking the layer (inspect with size), far
-// too costly for kubelet's periodic listing.
+// a second per container). The writable layer's usage is the last
+// background measurement (container_layer.go): Docker only computes it by
+// walking the layer (inspect with size), far too costly for kubelet's
+// periodic listing.
 
 // cpuSample is a container's CPU usage at one instant, kept to turn the
 // next reading into a rate (UsageNanoCores), as kubelet expects.
@@ -47,7 +48,7 @@ func (ds *DockerService) ContainerStats(_ context.Context, r *runtimeapi.Contain
 	if err != nil {
 		return nil, err
 	}
-	return &runtimeapi.ContainerStatsResponse{Stats: ds.containers.stats.read(rec, time.Now())}, nil
+	return &runtimeapi.ContainerStatsResponse{Stats: ds.containerStats(rec, time.Now())}, nil
 }
 
 // ListContainerStats reports the usage of the containers matching the
@@ -62,7 +63,7 @@ func (ds *DockerService) ListContainerStats(_ context.Context, r *runtimeapi.Lis
 	now := time.Now()
 	out := make([]*runtimeapi.ContainerStats, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, ds.containers.stats.read(rec, now))
+		out = append(out, ds.containerStats(rec, now))
 	}
 	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
 		ds.containers.stats.forgetGone(recs)
