@@ -172,8 +172,9 @@ func TestLayerUsageFindsASnapshotterLayerInMountinfo(t *testing.T) {
 	l := newLayerUsage(nil, st, layerusage.Options{})
 	l.procRoot = proc
 	const id = "3f9a6c1e0d2b4a5f8e7c6b5a4d3c2b1a0f9e8d7c6b5a4d3c2b1a0f9e8d7c6b5a"
-	mountinfo := "1021 893 0:72 / / rw,relatime master:500 - overlay overlay rw,lowerdir=/var/lib/containerd/snapshots/20/fs,upperdir=" + upper + ",workdir=/var/lib/containerd/snapshots/23/work\n" +
-		"1022 1021 0:75 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n"
+	// The shape of a Docker 29 container's mountinfo (pkg/layerusage).
+	mountinfo := "122 71 0:42 / / rw,relatime - overlay overlay rw,lowerdir=/var/lib/docker/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/5213/fs,upperdir=" + upper + ",workdir=/var/lib/docker/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/5214/work\n" +
+		"123 122 0:45 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n"
 	writeProc := func(pid int, cgroup string) {
 		writeFiles(t, map[string]string{
 			filepath.Join(proc, strconv.Itoa(pid), "cgroup"):    "12:memory:" + cgroup + "\n0::/\n",

@@ -6,26 +6,28 @@ import (
 )
 
 func TestRootUpperDir(t *testing.T) {
-	const snap = "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots"
+	const snap = "/var/lib/netshim-docker29/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots"
 	tests := []struct {
 		name, mountinfo string
 		want            string
 		wantErr         error // nil: any error when want is ""
 	}{
 		{
-			// Docker 29, containerd image store: the snapshot's fs dir.
+			// Captured from a container of Docker 29 (containerd image
+			// store, data root /var/lib/netshim-docker29) on this machine.
 			name: "containerd snapshotter",
-			mountinfo: "1021 893 0:72 / / rw,relatime master:500 - overlay overlay rw,lowerdir=" + snap + "/20/fs:" + snap + "/19/fs,upperdir=" + snap + "/23/fs,workdir=" + snap + "/23/work,index=off\n" +
-				"1022 1021 0:75 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n" +
-				"1023 1021 0:76 / /dev rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755,inode64\n" +
-				"1030 1021 254:0 /var/lib/docker/containers/abc/hostname /etc/hostname rw,relatime - ext4 /dev/vda rw\n",
-			want: snap + "/23/fs",
+			mountinfo: "122 71 0:42 / / rw,relatime - overlay overlay rw,lowerdir=" + snap + "/5213/fs:" + snap + "/2/fs,upperdir=" + snap + "/5214/fs,workdir=" + snap + "/5214/work\n" +
+				"123 122 0:45 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n" +
+				"124 122 0:46 / /dev rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755,inode64\n" +
+				"130 122 254:0 /var/lib/netshim-docker29/docker/containers/abc/hostname /etc/hostname rw,relatime - ext4 /dev/vda rw\n",
+			want: snap + "/5214/fs",
 		},
 		{
-			// Docker 20.10 overlay2, should GraphDriver data be missing.
+			// Captured from a container of Docker 20.10 (overlay2), for
+			// when GraphDriver data is missing.
 			name:      "docker overlay2",
-			mountinfo: "655 560 0:51 / / rw,relatime master:290 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/2EVMWUFTQZTHV6VXCMCFYIOV3L:/var/lib/docker/overlay2/l/KPKJAGQEYNUKLGPH3IXW5H5DCB,upperdir=/var/lib/docker/overlay2/8f3a0d95b1b4/diff,workdir=/var/lib/docker/overlay2/8f3a0d95b1b4/work\n",
-			want:      "/var/lib/docker/overlay2/8f3a0d95b1b4/diff",
+			mountinfo: "118 66 0:50 / / rw,relatime master:5 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/4NJZ34GKGCI4P7WQADPECQLER3:/var/lib/docker/overlay2/l/CAHDMMPKQ2PU4LEE2X6D2JVBPQ,upperdir=/var/lib/docker/overlay2/91b969bc48ea5beb16de10b56979099361e78e8e7997dc12b6054f82d3a63a51/diff,workdir=/var/lib/docker/overlay2/91b969bc48ea5beb16de10b56979099361e78e8e7997dc12b6054f82d3a63a51/work\n",
+			want:      "/var/lib/docker/overlay2/91b969bc48ea5beb16de10b56979099361e78e8e7997dc12b6054f82d3a63a51/diff",
 		},
 		{
 			// Captured on this machine (kernel 6.18) from inside a chroot
