@@ -46,6 +46,7 @@ const (
 	layerInfoPeriod  = 10 * time.Minute
 	layerInfoRetry   = 30 * time.Second
 	layerInfoTimeout = 10 * time.Second
+	layerStopTimeout = 5 * time.Second
 )
 
 // writableLayerDir is a container's writable layer as Docker's inspect
@@ -102,13 +103,25 @@ func (l *layerUsage) start(ctx context.Context) {
 	})
 }
 
-// stop ends the measuring and waits for it.
+// stop ends the measuring and waits for it, but not for long: a walk
+// blocked in a system call on a stuck filesystem must not hold up the
+// daemon's shutdown.
 func (l *layerUsage) stop() {
 	l.startOnce.Do(func() {}) // no start after stop
-	if l.cancel != nil {
-		l.cancel()
+	if l.cancel == nil {
+		return
 	}
-	l.wg.Wait()
+	l.cancel()
+	done := make(chan struct{})
+	go func() {
+		l.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(layerStopTimeout):
+		klog.InfoS("Writable layer measuring did not stop in time; leaving it behind", "timeout", layerStopTimeout)
+	}
 }
 
 func (l *layerUsage) loop(ctx context.Context) {
