@@ -17,6 +17,7 @@ import (
 	"github.com/netshim/netshim/pkg/cni"
 	"github.com/netshim/netshim/pkg/dockerservice"
 	"github.com/netshim/netshim/pkg/kubenet"
+	"github.com/netshim/netshim/pkg/layerusage"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/streaming"
 	"github.com/netshim/netshim/pkg/version"
@@ -108,6 +109,7 @@ func run(ctx context.Context, opts *options) error {
 		},
 		StopTimeout: opts.stopTimeout,
 		RootDir:     opts.rootDir,
+		LayerUsage:  layerusage.Options{Interval: opts.layerInterval},
 	}, client, checkpoints, plugins)
 	if err != nil {
 		return err

@@ -13,9 +13,10 @@ import (
 
 // Container stats are read from the containers' cgroups, found through
 // their pid in the index: no Docker call (Docker's stats API samples for
-// a second per container). The writable layer's size is not reported:
-// Docker only computes it by walking the layer (inspect with size), far
-// too costly for kubelet's periodic listing.
+// a second per container). The writable layer's usage is the last
+// background measurement (container_layer.go): Docker only computes it by
+// walking the layer (inspect with size), far too costly for kubelet's
+// periodic listing.
 
 // statsReader reads cgroup statistics; its roots and clock are variables
 // for tests.
@@ -39,7 +40,7 @@ func (ds *DockerService) ContainerStats(_ context.Context, r *runtimeapi.Contain
 		return nil, err
 	}
 	s := ds.containers.stats
-	return &runtimeapi.ContainerStatsResponse{Stats: s.containerStats(rec, s.sampleContainer(rec), s.now())}, nil
+	return &runtimeapi.ContainerStatsResponse{Stats: ds.containerStats(rec, s.sampleContainer(rec), s.now())}, nil
 }
 
 // ListContainerStats reports the usage of the containers matching the
@@ -55,7 +56,7 @@ func (ds *DockerService) ListContainerStats(_ context.Context, r *runtimeapi.Lis
 	now := s.now()
 	out := make([]*runtimeapi.ContainerStats, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, s.containerStats(rec, s.sampleContainer(rec), now))
+		out = append(out, ds.containerStats(rec, s.sampleContainer(rec), now))
 	}
 	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
 		s.containerCPU.forgetAllBut(recordIDs(recs))

@@ -308,9 +308,9 @@ func usesContainerdStore(info system.Info) bool {
 // committed snapshots' sizes are recorded by containerd, so asking costs
 // no walk), inodes are unknown, and the mountpoint is Docker's root dir,
 // on the same filesystem as containerd's root on a standard node (/var).
-// Containers' writable layers are reported per container by
-// ContainerStats; their sum is not measured here (it would walk every
-// active snapshot), so the container filesystem reports 0 bytes.
+// The container filesystem's usage is the sum of the writable layers last
+// measured in the background for ContainerStats (container_layer.go): no
+// walk here.
 func (ds *DockerService) measureContainerdStore(ctx context.Context, info system.Info, at time.Time) (*fsStats, map[string]fsUsage, string, error) {
 	du, err := ds.client.DiskUsage(ctx, types.DiskUsageOptions{Types: []types.DiskUsageObject{types.ImageObject}})
 	if err != nil {
@@ -320,6 +320,7 @@ func (ds *DockerService) measureContainerdStore(ctx context.Context, info system
 		at:            at,
 		mountpoint:    info.DockerRootDir,
 		images:        fsUsage{bytes: uint64(max(du.LayersSize, 0))},
+		containers:    fsUsage{bytes: ds.layers.m.TotalBytes()},
 		inodesUnknown: true,
 	}, nil, "", nil
 }

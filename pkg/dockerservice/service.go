@@ -22,6 +22,7 @@ import (
 	"github.com/netshim/netshim/pkg/dockerservice/index"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/keylock"
+	"github.com/netshim/netshim/pkg/layerusage"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -41,6 +42,9 @@ type Config struct {
 	// RootDir is netshim's state directory (--root-dir): no container log
 	// file may be inside it.
 	RootDir string
+	// LayerUsage tunes the background measuring of containers' writable
+	// layers (container_layer.go); zero fields take the defaults.
+	LayerUsage layerusage.Options
 }
 
 // DockerService implements the CRI on Docker.
@@ -68,6 +72,8 @@ type DockerService struct {
 	runtimes *runtimeCatalog
 	// streaming serves exec/attach/port-forward sessions (streaming.go).
 	streaming StreamingServer
+	// layers measures containers' writable layers (container_layer.go).
+	layers *layerUsage
 
 	// lifecycle serialises RunPodSandbox (from the moment its container
 	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
@@ -127,6 +133,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	ds.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
 	ds.index = ds.newIndex()
 	ds.store = ds.index.Store()
+	ds.layers = newLayerUsage(client.Info, ds.store, cfg.LayerUsage)
 	if err := ds.loadCheckpoints(); err != nil {
 		return nil, err
 	}
@@ -215,6 +222,7 @@ func (ds *DockerService) removeCheckpoint(id string) error {
 func (ds *DockerService) Close() {
 	// Log followers resume from their files' last line on restart.
 	ds.containers.logs.StopAll()
+	ds.layers.stop()
 	if s, ok := ds.network.Plugin().(interface{ Stop() }); ok {
 		s.Stop()
 	}

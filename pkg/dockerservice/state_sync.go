@@ -35,6 +35,7 @@ func (ds *DockerService) newIndex() *index.Index {
 // in the background and Status reports RuntimeReady=false.
 func (ds *DockerService) Start(ctx context.Context) {
 	go ds.index.Run(ctx)
+	ds.layers.start(ctx) // container_layer.go
 	go func() {
 		select {
 		case <-ds.index.SyncedCh():
@@ -141,6 +142,7 @@ func recordFromInspect(c container.InspectResponse) *store.Record {
 		r.OOMKilled = st.OOMKilled
 		r.Error = st.Error
 	}
+	r.WritableLayerDir = writableLayerDir(c)
 	r.Extra = withHostConfig(extra, c.HostConfig)
 	return r
 }

@@ -55,6 +55,9 @@ type Record struct {
 	OOMKilled                        bool
 	// Error is Docker's error for a container that failed to start.
 	Error string
+	// WritableLayerDir is the container's writable layer on the host
+	// when Docker's inspect reports it (overlay2's UpperDir), else "".
+	WritableLayerDir string
 	// Extra carries runtime-specific decoded data (e.g. parsed CRI
 	// labels); the store never looks inside.
 	Extra any
