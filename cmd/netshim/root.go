@@ -137,7 +137,7 @@ func run(ctx context.Context, opts *options) error {
 		return err
 	}
 	defer os.Remove(socketPath)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(dockerservice.UnaryInterceptor), grpc.ForceServerCodecV2(ds.Codec()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(dockerservice.UnaryInterceptor), grpc.ChainStreamInterceptor(dockerservice.StreamInterceptor), grpc.ForceServerCodecV2(ds.Codec()))
 	ds.Register(srv)
 
 	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
