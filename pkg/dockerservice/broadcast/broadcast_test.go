@@ -3,6 +3,7 @@ package broadcast
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -250,4 +251,40 @@ loop:
 		t.Errorf("%d subscribers left after all ended", b.Len())
 	}
 	testutil.Eventually(t, "goroutines back to the start count", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// BenchmarkPublish is the publisher's cost per value, which the events
+// goroutine pays for each event, with subscribers that keep up.
+func BenchmarkPublish(b *testing.B) {
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprintf("subscribers=%d", n), func(b *testing.B) {
+			var br Broadcaster[int]
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var wg sync.WaitGroup
+			for range n {
+				s := br.Subscribe(ctx, 1<<20)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-s.C():
+						case <-s.Done():
+							return
+						}
+					}
+				}()
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				br.Publish(i)
+			}
+			if br.Len() != n {
+				b.Fatalf("%d subscribers dropped", n-br.Len())
+			}
+			cancel()
+			wg.Wait()
+		})
+	}
 }
