@@ -152,6 +152,9 @@ func run(ctx context.Context, opts *options) error {
 	case <-sigCtx.Done():
 	}
 	klog.InfoS("Shutting down: waiting for in-flight RPCs", "timeout", opts.shutdownTimeout)
+	// Event streams last as long as their clients: end them, or the
+	// graceful stop would wait for them until its timeout.
+	ds.StopEvents()
 	shutdownGracefully(srv, opts.shutdownTimeout)
 	klog.InfoS("netshim stopped")
 	return nil

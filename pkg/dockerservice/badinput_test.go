@@ -563,6 +563,22 @@ func (f *badInputFixture) cases() []badCase {
 		none := streamEmpty(func(r *runtimeapi.StreamContainerStatsResponse) int { return len(r.GetContainerStats()) })
 		return none(rt.StreamContainerStats(ctx, &runtimeapi.StreamContainerStatsRequest{Filter: &runtimeapi.ContainerStatsFilter{PodSandboxId: f.created}}))
 	})
+	add("GetContainerEvents", "client goes away", codes.OK, func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		s, err := rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+		if err != nil {
+			return err
+		}
+		if _, err := s.Header(); err != nil { // subscribed
+			return err
+		}
+		cancel()
+		if _, err := s.Recv(); status.Code(err) != codes.Canceled {
+			return fmt.Errorf("unexpected: stream ended with %v after the cancel", err)
+		}
+		return nil
+	})
 
 	// PortForward.
 	for _, p := range []int32{0, -1, 65536} {
@@ -645,9 +661,6 @@ func (f *badInputFixture) cases() []badCase {
 	})
 	unimpl("StreamPodSandboxMetrics", func(ctx context.Context) error {
 		return recvErr(rt.StreamPodSandboxMetrics(ctx, &runtimeapi.StreamPodSandboxMetricsRequest{}))
-	})
-	unimpl("GetContainerEvents", func(ctx context.Context) error {
-		return recvErr(rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{}))
 	})
 
 	// ImageService: bad references everywhere.

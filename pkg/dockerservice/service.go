@@ -65,6 +65,8 @@ type DockerService struct {
 	images imageState
 	// streaming serves exec/attach/port-forward sessions (streaming.go).
 	streaming StreamingServer
+	// events publishes container events (container_events.go).
+	events *containerEvents
 
 	// lifecycle serialises RunPodSandbox (from the moment its container
 	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
@@ -123,6 +125,9 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	}
 	ds.index = ds.newIndex()
 	ds.store = ds.index.Store()
+	ds.events = newContainerEvents(ds)
+	ds.store.OnChange(ds.events.touch)
+	ds.containers.streams.onSettled = ds.events.touch
 	if err := ds.loadCheckpoints(); err != nil {
 		return nil, err
 	}
@@ -189,7 +194,7 @@ func (ds *DockerService) putCheckpoint(cp *checkpoint.PodSandbox) error {
 	ds.mu.Lock()
 	ds.sandboxes[cp.SandboxID] = cp
 	ds.mu.Unlock()
-	ds.bumpLocalState()
+	ds.checkpointChanged(cp.SandboxID)
 	return nil
 }
 
@@ -202,7 +207,7 @@ func (ds *DockerService) removeCheckpoint(id string) error {
 	delete(ds.sandboxes, id)
 	delete(ds.checkpointIssues, id)
 	ds.mu.Unlock()
-	ds.bumpLocalState()
+	ds.checkpointChanged(id)
 	return nil
 }
 

@@ -35,6 +35,7 @@ func (ds *DockerService) newIndex() *index.Index {
 // in the background and Status reports RuntimeReady=false.
 func (ds *DockerService) Start(ctx context.Context) {
 	go ds.index.Run(ctx)
+	go ds.events.run(ctx)
 	go func() {
 		select {
 		case <-ds.index.SyncedCh():
