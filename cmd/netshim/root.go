@@ -139,7 +139,7 @@ func run(ctx context.Context, opts *options) error {
 		return err
 	}
 	defer os.Remove(socketPath)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(dockerservice.UnaryInterceptor), grpc.ForceServerCodecV2(ds.Codec()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(dockerservice.UnaryInterceptor), grpc.ChainStreamInterceptor(dockerservice.StreamInterceptor), grpc.ForceServerCodecV2(ds.Codec()))
 	ds.Register(srv)
 
 	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -154,6 +154,9 @@ func run(ctx context.Context, opts *options) error {
 	case <-sigCtx.Done():
 	}
 	klog.InfoS("Shutting down: waiting for in-flight RPCs", "timeout", opts.shutdownTimeout)
+	// Event streams last as long as their clients: end them, or the
+	// graceful stop would wait for them until its timeout.
+	ds.StopEvents()
 	shutdownGracefully(srv, opts.shutdownTimeout)
 	klog.InfoS("netshim stopped")
 	return nil

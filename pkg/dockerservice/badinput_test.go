@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -40,7 +41,7 @@ type criClients struct {
 func serveCRI(t *testing.T, ds *DockerService) criClients {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(UnaryInterceptor), grpc.ForceServerCodecV2(ds.Codec()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(UnaryInterceptor), grpc.ChainStreamInterceptor(StreamInterceptor), grpc.ForceServerCodecV2(ds.Codec()))
 	ds.Register(srv)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
@@ -213,6 +214,31 @@ func recvErr[T any](s interface{ Recv() (T, error) }, err error) error {
 	return err
 }
 
+// streamEmpty returns a reader of a server stream to its end: it answers
+// the error the stream ends with, or one if it sent any item.
+func streamEmpty[R any](items func(R) int) func(s interface{ Recv() (R, error) }, err error) error {
+	return func(s interface{ Recv() (R, error) }, err error) error {
+		if err != nil {
+			return err
+		}
+		n := 0
+		for {
+			r, err := s.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			n += items(r)
+		}
+		if n != 0 {
+			return fmt.Errorf("unexpected: %d items", n)
+		}
+		return nil
+	}
+}
+
 func (f *badInputFixture) cases() []badCase {
 	rt, img := f.c.rt, f.c.img
 	huge := strings.Repeat("x", maxLabelBytes+1)
@@ -288,6 +314,13 @@ func (f *badInputFixture) cases() []badCase {
 	add("ListPodSandbox", "unknown state", codes.OK, func(ctx context.Context) error {
 		r, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: 42}}})
 		return empty(r.GetItems(), err)
+	})
+	add("StreamPodSandboxes", "unknown id and state", codes.OK, func(ctx context.Context) error {
+		none := streamEmpty(func(r *runtimeapi.StreamPodSandboxesResponse) int { return len(r.GetPodSandboxes()) })
+		if err := none(rt.StreamPodSandboxes(ctx, &runtimeapi.StreamPodSandboxesRequest{Filter: &runtimeapi.PodSandboxFilter{Id: f.unknown}})); err != nil {
+			return err
+		}
+		return none(rt.StreamPodSandboxes(ctx, &runtimeapi.StreamPodSandboxesRequest{Filter: &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: 42}}}))
 	})
 
 	// RunPodSandbox: every refusal must come before the pull, the create
@@ -553,6 +586,33 @@ func (f *badInputFixture) cases() []badCase {
 		r, err := rt.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{Filter: &runtimeapi.ContainerStatsFilter{PodSandboxId: f.created}})
 		return empty(r.GetStats(), err)
 	})
+	add("StreamContainers", "unknown sandbox and state", codes.OK, func(ctx context.Context) error {
+		none := streamEmpty(func(r *runtimeapi.StreamContainersResponse) int { return len(r.GetContainers()) })
+		if err := none(rt.StreamContainers(ctx, &runtimeapi.StreamContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: f.unknown}})); err != nil {
+			return err
+		}
+		return none(rt.StreamContainers(ctx, &runtimeapi.StreamContainersRequest{Filter: &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: 99}}}))
+	})
+	add("StreamContainerStats", "container id as sandbox", codes.OK, func(ctx context.Context) error {
+		none := streamEmpty(func(r *runtimeapi.StreamContainerStatsResponse) int { return len(r.GetContainerStats()) })
+		return none(rt.StreamContainerStats(ctx, &runtimeapi.StreamContainerStatsRequest{Filter: &runtimeapi.ContainerStatsFilter{PodSandboxId: f.created}}))
+	})
+	add("GetContainerEvents", "client goes away", codes.OK, func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		s, err := rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+		if err != nil {
+			return err
+		}
+		if _, err := s.Header(); err != nil { // subscribed
+			return err
+		}
+		cancel()
+		if _, err := s.Recv(); status.Code(err) != codes.Canceled {
+			return fmt.Errorf("unexpected: stream ended with %v after the cancel", err)
+		}
+		return nil
+	})
 
 	// PortForward.
 	for _, p := range []int32{0, -1, 65536} {
@@ -632,26 +692,16 @@ func (f *badInputFixture) cases() []badCase {
 		_, err := rt.RestorePod(ctx, &runtimeapi.RestorePodRequest{CheckpointPath: "/etc/shadow"})
 		return err
 	})
-	unimpl("StreamPodSandboxes", func(ctx context.Context) error {
-		return recvErr(rt.StreamPodSandboxes(ctx, &runtimeapi.StreamPodSandboxesRequest{}))
+	add("StreamPodSandboxMetrics", "no argument", codes.OK, func(ctx context.Context) error {
+		// Every running pod's metrics (none here: an empty stream).
+		if err := recvErr(rt.StreamPodSandboxMetrics(ctx, &runtimeapi.StreamPodSandboxMetricsRequest{})); !errors.Is(err, io.EOF) {
+			return err
+		}
+		return nil
 	})
-	unimpl("StreamContainers", func(ctx context.Context) error {
-		return recvErr(rt.StreamContainers(ctx, &runtimeapi.StreamContainersRequest{}))
-	})
-	unimpl("StreamContainerStats", func(ctx context.Context) error {
-		return recvErr(rt.StreamContainerStats(ctx, &runtimeapi.StreamContainerStatsRequest{}))
-	})
-	unimpl("StreamPodSandboxStats", func(ctx context.Context) error {
-		return recvErr(rt.StreamPodSandboxStats(ctx, &runtimeapi.StreamPodSandboxStatsRequest{}))
-	})
-	unimpl("StreamPodSandboxMetrics", func(ctx context.Context) error {
-		return recvErr(rt.StreamPodSandboxMetrics(ctx, &runtimeapi.StreamPodSandboxMetricsRequest{}))
-	})
-	unimpl("GetContainerEvents", func(ctx context.Context) error {
-		return recvErr(rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{}))
-	})
-	unimpl("StreamImages", func(ctx context.Context) error {
-		return recvErr(img.StreamImages(ctx, &runtimeapi.StreamImagesRequest{}))
+	add("StreamPodSandboxStats", "unknown id", codes.OK, func(ctx context.Context) error {
+		none := streamEmpty(func(r *runtimeapi.StreamPodSandboxStatsResponse) int { return len(r.GetPodSandboxStats()) })
+		return none(rt.StreamPodSandboxStats(ctx, &runtimeapi.StreamPodSandboxStatsRequest{Filter: &runtimeapi.PodSandboxStatsFilter{Id: f.unknown}}))
 	})
 
 	// ImageService: bad references everywhere.
@@ -680,6 +730,10 @@ func (f *badInputFixture) cases() []badCase {
 			add("ListImages", b.name, codes.InvalidArgument, func(ctx context.Context) error {
 				_, err := img.ListImages(ctx, &runtimeapi.ListImagesRequest{Filter: &runtimeapi.ImageFilter{Image: &runtimeapi.ImageSpec{Image: b.ref}}})
 				return err
+			}, "invalid image filter")
+			add("StreamImages", b.name, codes.InvalidArgument, func(ctx context.Context) error {
+				none := streamEmpty(func(r *runtimeapi.StreamImagesResponse) int { return len(r.GetImages()) })
+				return none(img.StreamImages(ctx, &runtimeapi.StreamImagesRequest{Filter: &runtimeapi.ImageFilter{Image: &runtimeapi.ImageSpec{Image: b.ref}}}))
 			}, "invalid image filter")
 		}
 	}

@@ -86,7 +86,7 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 	ds.mu.Lock()
 	ds.sandboxes[id] = cp
 	ds.mu.Unlock()
-	ds.bumpLocalState()
+	ds.checkpointChanged(id)
 	klog.InfoS("Rebuilt the checkpoint of a sandbox", log...)
 }
 

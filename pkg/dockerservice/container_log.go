@@ -165,6 +165,9 @@ type logStreams struct {
 	// one to drain after a restart.
 	starting map[string]time.Time
 	synced   bool // the first index sync has resumed the logs
+	// onSettled, if set, is told when a container's mark ends: its exit
+	// may show from then on (container events watch for that).
+	onSettled func(id string)
 }
 
 func newLogStreams(logs *crilog.Manager) *logStreams {
@@ -181,6 +184,9 @@ func (l *logStreams) markStarting(id string) (done func()) {
 		l.mu.Lock()
 		delete(l.starting, id)
 		l.mu.Unlock()
+		if l.onSettled != nil {
+			l.onSettled(id)
+		}
 	}
 }
 

@@ -29,6 +29,17 @@ func (ds *DockerService) ContainerStatus(ctx context.Context, r *runtimeapi.Cont
 	if err != nil {
 		return nil, err
 	}
+	st, info := ds.containerStatusOf(rec)
+	resp := &runtimeapi.ContainerStatusResponse{Status: st}
+	if r.GetVerbose() {
+		resp.Info = ds.containerVerboseInfo(ctx, rec, info)
+	}
+	return resp, nil
+}
+
+// containerStatusOf is a container's status as ContainerStatus reports it
+// (and container events carry it), with the decoded labels it came from.
+func (ds *DockerService) containerStatusOf(rec *store.Record) (*runtimeapi.ContainerStatus, *containerInfo) {
 	info := containerInfoOf(rec)
 	state := ds.visibleState(rec)
 	st := &runtimeapi.ContainerStatus{
@@ -61,11 +72,7 @@ func (ds *DockerService) ContainerStatus(ctx context.Context, r *runtimeapi.Cont
 	if info.resources != nil {
 		st.Resources = &runtimeapi.ContainerResources{Linux: info.resources}
 	}
-	resp := &runtimeapi.ContainerStatusResponse{Status: st}
-	if r.GetVerbose() {
-		resp.Info = ds.containerVerboseInfo(ctx, rec, info)
-	}
-	return resp, nil
+	return st, info
 }
 
 // exitReason says why an exited container ended.

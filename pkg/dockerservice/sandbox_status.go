@@ -26,6 +26,20 @@ func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.Pod
 	if !found {
 		return nil, notFoundf("pod sandbox %s not found", r.GetPodSandboxId())
 	}
+	resp := &runtimeapi.PodSandboxStatusResponse{Status: ds.sandboxStatusOf(ref)}
+	if r.GetVerbose() {
+		info, err := sandboxVerboseInfo(ref, ds.checkSandboxNetwork(ctx, ref))
+		if err != nil {
+			return nil, err
+		}
+		resp.Info = info
+	}
+	return resp, nil
+}
+
+// sandboxStatusOf is the status of a sandbox the index or the checkpoints
+// know, as PodSandboxStatus reports it (and container events carry it).
+func (ds *DockerService) sandboxStatusOf(ref sandboxRef) *runtimeapi.PodSandboxStatus {
 	st := &runtimeapi.PodSandboxStatus{Id: ref.id, State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY}
 	nsOpts := &runtimeapi.NamespaceOption{}
 	if ref.rec != nil {
@@ -55,15 +69,7 @@ func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.Pod
 			}
 		}
 	}
-	resp := &runtimeapi.PodSandboxStatusResponse{Status: st}
-	if r.GetVerbose() {
-		info, err := sandboxVerboseInfo(ref, ds.checkSandboxNetwork(ctx, ref))
-		if err != nil {
-			return nil, err
-		}
-		resp.Info = info
-	}
-	return resp, nil
+	return st
 }
 
 // sandboxState is READY while the infra container runs and its checkpoint

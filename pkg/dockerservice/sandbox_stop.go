@@ -142,7 +142,7 @@ func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandbox
 		ds.sandboxes[ref.id] = &updated
 	}
 	ds.mu.Unlock()
-	ds.bumpLocalState()
+	ds.checkpointChanged(ref.id)
 	return nil
 }
 

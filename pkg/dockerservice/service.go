@@ -74,6 +74,8 @@ type DockerService struct {
 	streaming StreamingServer
 	// layers measures containers' writable layers (container_layer.go).
 	layers *layerUsage
+	// events publishes container events (container_events.go).
+	events *containerEvents
 
 	// lifecycle serialises RunPodSandbox (from the moment its container
 	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
@@ -134,6 +136,9 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	ds.index = ds.newIndex()
 	ds.store = ds.index.Store()
 	ds.layers = newLayerUsage(client.Info, ds.store, cfg.LayerUsage)
+	ds.events = newContainerEvents(ds)
+	ds.store.OnChange(ds.events.touch)
+	ds.containers.streams.onSettled = ds.events.touch
 	if err := ds.loadCheckpoints(); err != nil {
 		return nil, err
 	}
@@ -200,7 +205,7 @@ func (ds *DockerService) putCheckpoint(cp *checkpoint.PodSandbox) error {
 	ds.mu.Lock()
 	ds.sandboxes[cp.SandboxID] = cp
 	ds.mu.Unlock()
-	ds.bumpLocalState()
+	ds.checkpointChanged(cp.SandboxID)
 	return nil
 }
 
@@ -213,7 +218,7 @@ func (ds *DockerService) removeCheckpoint(id string) error {
 	delete(ds.sandboxes, id)
 	delete(ds.checkpointIssues, id)
 	ds.mu.Unlock()
-	ds.bumpLocalState()
+	ds.checkpointChanged(id)
 	return nil
 }
 

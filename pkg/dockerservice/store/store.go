@@ -77,11 +77,30 @@ type Store struct {
 	// started before the delete cannot bring the record back.
 	deleted map[string]uint64
 	gen     uint64
+	// onChange is told the ID of every record stored or deleted.
+	onChange func(id string)
 }
 
 // New returns an empty store.
 func New() *Store {
 	return &Store{byID: map[string]*Record{}, bySandbox: map[string]map[string]*Record{}, deleted: map[string]uint64{}}
+}
+
+// OnChange registers fn to be told the ID of every record stored or
+// deleted, once the store already holds the change (readers may lag until
+// the write's lock is released). fn runs under the store's lock: it must
+// return at once and must not call the store. Set it before the store is
+// shared.
+func (s *Store) OnChange(fn func(id string)) {
+	s.mu.Lock()
+	s.onChange = fn
+	s.mu.Unlock()
+}
+
+func (s *Store) changed(id string) {
+	if s.onChange != nil {
+		s.onChange(id)
+	}
 }
 
 // Put stores r, replacing any record with the same ID. The store owns r
@@ -108,6 +127,7 @@ func (s *Store) putLocked(r *Record) {
 		}
 		m[r.ID] = r
 	}
+	s.changed(r.ID)
 }
 
 func (s *Store) unlinkLocked(r *Record) {
@@ -164,6 +184,7 @@ func (s *Store) Delete(id string) {
 	if r, ok := s.byID[id]; ok {
 		s.unlinkLocked(r)
 		delete(s.byID, id)
+		s.changed(id)
 	}
 }
 
@@ -273,6 +294,7 @@ func (s *Store) Replace(all []*Record, since uint64) {
 		if !listed[id] && r.gen <= since {
 			s.unlinkLocked(r)
 			delete(s.byID, id)
+			s.changed(id)
 		}
 	}
 }

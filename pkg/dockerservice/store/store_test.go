@@ -158,3 +158,39 @@ func TestApplyRefusesWhatWasDeletedSince(t *testing.T) {
 		t.Errorf("keep: %+v, generation %d -> %d", got, before, s.Generation())
 	}
 }
+
+func TestOnChangeSeesEveryWrite(t *testing.T) {
+	s := New()
+	var got []string
+	s.OnChange(func(id string) {
+		// Called once the store holds the change, under its lock.
+		if !s.mu.TryRLock() {
+			got = append(got, id)
+			return
+		}
+		s.mu.RUnlock()
+		t.Errorf("OnChange(%s) called without the store's lock", id)
+	})
+	expect := func(step string, want ...string) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: changes %v, want %v", step, got, want)
+		}
+		got = nil
+	}
+	s.Put(sandbox("sb"))
+	s.Put(container("c1", "sb"))
+	expect("put", "sb", "c1")
+	s.Update("c1", func(r *Record) { r.State = StateRunning })
+	s.Update("missing", func(*Record) {})
+	expect("update", "c1")
+	s.Apply("c2", s.Generation(), func(*Record) *Record { return container("c2", "sb") })
+	s.Apply("c2", s.Generation(), func(*Record) *Record { return nil })
+	expect("apply", "c2")
+	s.Delete("c2")
+	s.Delete("never")
+	expect("delete", "c2")
+	since := s.Generation()
+	s.Replace([]*Record{sandbox("sb"), container("c3", "sb")}, since)
+	expect("replace", "sb", "c3", "c1")
+}
