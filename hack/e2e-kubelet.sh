@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# hack/e2e-kubelet.sh: `make e2e-kubelet`, a real kubelet on netshim.
+# hack/e2e-kubelet.sh [MINOR [FEATURE_GATES]]: `make e2e-kubelet`, a real kubelet on netshim.
 #
-# Builds netshim, crictl and kubelet v1.36 (hack/build-kubelet.sh), then runs
+# With no argument: one run per kubelet minor hack/build-kubelet.sh knows
+# (v1.36, v1.37) and per feature-gate set: kubelet's defaults, then
+# PodAndContainerStatsFromCRI=true,EventedPLEG=true (pod and container stats,
+# network included, all from netshim; a pod lifecycle driven by netshim's
+# GetContainerEvents). Each run is this script with MINOR and FEATURE_GATES
+# (kubelet's --feature-gates syntax, "" for the defaults), its artifacts in
+# _output/e2e-kubelet/<MINOR>-<default|gates>/; the summary counts them all.
+#
+# One run: builds netshim, crictl and that kubelet (hack/build-kubelet.sh), then runs
 # kubelet standalone (no API server, static pods only) against netshim and
 # checks, with a static pod of two busybox containers, what issue 4 asks
 # (test/e2e-kubelet: sandbox Ready, containers Running, exec readiness probe,
 # CRI-format logs under the pod logs dir, restart of an exiting container,
-# hostPort, teardown and IP release when the manifest goes). Then it cleans
+# hostPort, the pod's and containers' usage in kubelet's /stats/summary,
+# network rx/tx there too with PodAndContainerStatsFromCRI, teardown and IP
+# release when the manifest goes). Then it cleans
 # up and prints PASS/FAIL per check and `e2e-kubelet: N passed, N failed`.
 #
 # Isolation. kubelet treats every pod its runtime reports as its own and
@@ -37,7 +47,42 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT="$ROOT/_output"
-ARTIFACTS="$OUT/e2e-kubelet"
+
+# The matrix: every minor x every gate set, one child run each.
+if (($# == 0)); then
+  gate_sets=("" "PodAndContainerStatsFromCRI=true,EventedPLEG=true")
+  total_pass=0 total_fail=0 runs=()
+  mapfile -t minors < <("$ROOT/hack/build-kubelet.sh" versions | awk '{ print $1 }')
+  ((${#minors[@]} > 0)) || { echo "e2e-kubelet.sh: no kubelet versions" >&2; exit 1; }
+  for minor in "${minors[@]}"; do
+    for gates in "${gate_sets[@]}"; do
+      echo "==> e2e-kubelet: kubelet $minor, feature gates: ${gates:-the defaults}"
+      "$0" "$minor" "$gates" | tee "$OUT/e2e-kubelet-run.log" || true
+      line=$(grep -E '^e2e-kubelet: [0-9]+ passed, [0-9]+ failed$' "$OUT/e2e-kubelet-run.log" | tail -n 1)
+      if [[ -z "$line" ]]; then
+        line="e2e-kubelet: 0 passed, 1 failed"
+        echo "FAIL run: the run of kubelet $minor (gates: ${gates:-default}) printed no summary"
+      fi
+      read -r _ p _ f _ <<<"$line"
+      total_pass=$((total_pass + p)) total_fail=$((total_fail + f))
+      runs+=("$minor ${gates:-default}: $p passed, $f failed")
+    done
+  done
+  rm -f "$OUT/e2e-kubelet-run.log"
+  echo "==> e2e-kubelet runs"
+  printf '%s\n' "${runs[@]}"
+  echo "e2e-kubelet: $total_pass passed, $total_fail failed"
+  ((total_fail == 0))
+  exit
+fi
+KUBELET_MINOR=$1
+FEATURE_GATES=${2:-}
+# The run's name: "default", or the gates ("A=true,B=false" -> "A+B-false").
+mode=${FEATURE_GATES:-default}
+mode=${mode//=true/}
+mode=${mode//,/+}
+mode=${mode//=/-}
+ARTIFACTS="$OUT/e2e-kubelet/$KUBELET_MINOR-$mode"
 GO=${GO:-go}
 CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
 PAUSE_IMAGE=${PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
@@ -158,7 +203,6 @@ if [[ -z "${NETSHIM_BIN:-}" ]]; then
   "$GO" build -ldflags "-X github.com/netshim/netshim/pkg/version.Version=$version" -o "$OUT/netshim" ./cmd/netshim
 fi
 "$ROOT/hack/build-crictl.sh" crictl
-KUBELET_MINOR=${KUBELET_MINOR:-v1.36}
 KUBELET="$OUT/kubelet-$KUBELET_MINOR"
 "$ROOT/hack/build-kubelet.sh" build "$KUBELET_MINOR"
 # Compile the checks before anything starts: a compile error is not a test run.
@@ -313,6 +357,17 @@ cleanup() {
   if [[ -f "$TMP/netshim.log" ]]; then
     cp "$TMP/netshim.log" "$ARTIFACTS/netshim.log"
     rpc_table "$TMP/netshim.log" >"$ARTIFACTS/rpcs.txt"
+    # With EventedPLEG kubelet follows netshim's event stream, which
+    # netshim logs when it ends (kubelet stopped above).
+    if [[ ",$FEATURE_GATES," == *",EventedPLEG=true,"* && -s "$RESULTS" ]]; then
+      local subs
+      subs=$(grep -c 'method="GetContainerEvents"' "$TMP/netshim.log")
+      if ((subs > 0)); then
+        echo "PASS evented-pleg: kubelet subscribed to GetContainerEvents ($subs stream(s)); restart and teardown above ran with EventedPLEG" >>"$RESULTS"
+      else
+        echo "FAIL evented-pleg: kubelet ran with EventedPLEG=true but netshim logged no GetContainerEvents stream" >>"$RESULTS"
+      fi
+    fi
   fi
   [[ -f "$TMP/kubelet.log" ]] && cp "$TMP/kubelet.log" "$ARTIFACTS/kubelet.log"
 
@@ -360,6 +415,7 @@ cleanup() {
   ((pod_logs_existed)) || [[ ! -e "$POD_LOGS_DIR" ]] || cleanup_problems+=("$POD_LOGS_DIR is still there")
   compgen -G "$POD_LOGS_DIR/${NAMESPACE}_*" >/dev/null && cleanup_problems+=("pod logs left in $POD_LOGS_DIR")
 
+  [[ ! -f "$RESULTS" ]] || cp "$RESULTS" "$RESULTS_COPY"
   umount_under "$TMP" || cleanup_problems+=("mounts left under $TMP")
   rm -rf "$TMP" || cleanup_problems+=("could not remove $TMP")
 
@@ -375,7 +431,7 @@ cleanup() {
   fi
 
   # The summary: the checks the Go test recorded, then the cleanup's own.
-  echo "==> results"
+  echo "==> results (kubelet $KUBELET_MINOR, feature gates: ${FEATURE_GATES:-defaults})"
   local passed=0 failed=0 line
   if [[ -s "$RESULTS_COPY" ]]; then
     while IFS= read -r line; do
@@ -457,6 +513,7 @@ setsid "$NETSHIM" \
   --cni-conf-dir "$TMP/net.d" \
   --cni-cache-dir "$TMP/cnicache" \
   --pod-infra-container-image "$PAUSE_IMAGE" \
+  --writable-layer-measure-interval 10s \
   -v="$NETSHIM_V" \
   </dev/null >"$TMP/netshim.log" 2>&1 9>&- &
 netshim_pid=$!
@@ -468,7 +525,18 @@ for ((i = 0; i < 300; i++)); do
 done
 crictl version >/dev/null || die "netshim does not answer on $NETSHIM_SOCK"
 
-echo "==> kubelet $("$KUBELET" --version) standalone (root dir $KUBELET_DIR)"
+# gates_yaml: FEATURE_GATES ("A=true,B=false") as the config's featureGates map.
+gates_yaml() {
+  local g
+  [[ -n "$FEATURE_GATES" ]] || { echo "  {}"; return; }
+  IFS=, read -ra g <<<"$FEATURE_GATES"
+  for g in "${g[@]}"; do
+    [[ "$g" =~ ^[A-Za-z0-9]+=(true|false)$ ]] || die "bad feature gate: $g"
+    echo "  ${g%%=*}: ${g#*=}"
+  done
+}
+
+echo "==> kubelet $("$KUBELET" --version) standalone (root dir $KUBELET_DIR), feature gates: ${FEATURE_GATES:-defaults}"
 cat >"$TMP/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -498,6 +566,8 @@ imageGCLowThresholdPercent: 99
 oomScoreAdj: 0
 podLogsDir: $POD_LOGS_DIR
 volumePluginDir: $KUBELET_DIR/volume-plugins
+featureGates:
+$(gates_yaml)
 # A nearly full disk must not evict the test pod.
 evictionHard:
   memory.available: "1Mi"
@@ -541,9 +611,9 @@ E2E_KUBELET_SOCK="$NETSHIM_SOCK" \
   E2E_KUBELET_RESULTS="$RESULTS" \
   E2E_KUBELET_ARTIFACTS="$ARTIFACTS" \
   E2E_KUBELET_PID="$kubelet_pid" \
+  E2E_KUBELET_FEATURE_GATES="$FEATURE_GATES" \
   "$OUT/e2e-kubelet.test" -test.v -test.count=1 -test.timeout=15m 9>&-
 test_rc=$?
 set -e
-cp "$RESULTS" "$RESULTS_COPY"
 # The cleanup trap prints the summary and exits non-zero if any check failed.
 exit "$test_rc"

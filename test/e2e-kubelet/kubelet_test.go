@@ -37,9 +37,14 @@ import (
 )
 
 const (
-	podName       = "kubelet-e2e"
-	webName       = "web"
-	crasherName   = "crasher"
+	podName     = "kubelet-e2e"
+	webName     = "web"
+	crasherName = "crasher"
+	busyName    = "busy"
+	// busyFillBytes is what busy writes to its writable layer.
+	busyFillBytes = 2 << 20
+	// bigBytes is the size of the file web serves for network traffic.
+	bigBytes      = 256 << 10
 	webPort       = 8080
 	crasherExit   = 2
 	token         = "netshim-kubelet-e2e-ok"
@@ -64,6 +69,11 @@ type env struct {
 	ipamDir, podLogsDir                     string
 	results, artifacts                      string
 	hostPort, kubeletPID                    int
+	// criStats: kubelet runs with PodAndContainerStatsFromCRI=true, so
+	// pod network stats come from netshim too.
+	criStats bool
+	// gates is kubelet's feature gates, for the record.
+	gates string
 }
 
 func loadEnv(t *testing.T) *env {
@@ -92,6 +102,8 @@ func loadEnv(t *testing.T) *env {
 		results:    get("E2E_KUBELET_RESULTS"),
 		artifacts:  get("E2E_KUBELET_ARTIFACTS"),
 	}
+	e.gates = os.Getenv("E2E_KUBELET_FEATURE_GATES")
+	e.criStats = strings.Contains(e.gates, "PodAndContainerStatsFromCRI=true")
 	var err error
 	if _, e.subnet, err = net.ParseCIDR(get("E2E_KUBELET_SUBNET")); err != nil {
 		t.Fatalf("E2E_KUBELET_SUBNET: %v", err)
@@ -150,10 +162,14 @@ func (r *recorder) check(name string, o outcome) {
 // of which JSON is a subset).
 func (e *env) manifest() ([]byte, error) {
 	web := "mkdir -p /tmp/www && echo " + token + " >/tmp/www/index.html" +
+		" && head -c " + strconv.Itoa(bigBytes) + " /dev/zero >/tmp/www/big" +
 		" && echo web-started && echo web-stderr >&2" +
 		" && head -c " + strconv.Itoa(longLineBytes) + " /dev/zero | tr '\\0' x && echo" +
 		" && exec httpd -f -p " + strconv.Itoa(webPort) + " -h /tmp/www"
 	crasher := "echo crasher-run; sleep 3; exit " + strconv.Itoa(crasherExit)
+	// busy burns CPU (capped at 0.2 core) and has written to its layer.
+	busy := "trap 'exit 0' TERM; head -c " + strconv.Itoa(busyFillBytes) + " /dev/zero >/fill && echo busy-filled" +
+		" && while :; do :; done"
 	pod := map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Pod",
@@ -183,6 +199,15 @@ func (e *env) manifest() ([]byte, error) {
 					"image":           e.image,
 					"imagePullPolicy": "Never",
 					"command":         []string{"sh", "-c", crasher},
+				},
+				map[string]any{
+					"name":            busyName,
+					"image":           e.image,
+					"imagePullPolicy": "Never",
+					"command":         []string{"sh", "-c", busy},
+					"resources": map[string]any{
+						"limits": map[string]any{"cpu": "200m", "memory": "64Mi"},
+					},
 				},
 			},
 		},
@@ -636,7 +661,13 @@ func TestKubeletStaticPod(t *testing.T) {
 	// 6. hostPort on the host.
 	r.check("hostport", e.checkHostPort(o))
 
-	// 7. Removing the manifest tears the pod down and frees its IP.
+	// 7. kubelet's summary API shows the pod's and containers' usage.
+	r.check("summary-stats", e.checkSummary(o))
+	if e.criStats {
+		r.check("summary-network", e.checkSummaryNetwork(o))
+	}
+
+	// 8. Removing the manifest tears the pod down and frees its IP.
 	r.check("teardown", e.checkTeardown(c, o))
 	r.check("ip-released", e.checkIPReleased(o))
 }

@@ -119,6 +119,7 @@ func TestPodSandboxStats(t *testing.T) {
 		}
 	}
 	joined := strings.Join(names, "\n")
+	checkStatsWithCrictl(t, e, podID, busy)
 	for _, want := range []string{
 		"container_cpu_usage_seconds_total{," + parent + ",,," + e.namespace + ",stats,total}",
 		"container_network_receive_bytes_total{POD,",
@@ -126,5 +127,26 @@ func TestPodSandboxStats(t *testing.T) {
 		if !strings.Contains(joined, want) {
 			t.Errorf("pod metrics lack %s:\n%s", want, joined)
 		}
+	}
+}
+
+// checkStatsWithCrictl: `crictl statsp` and `crictl stats`, as an operator
+// runs them, show the pod's and the container's usage.
+func checkStatsWithCrictl(t *testing.T, e *env, podID, ctrID string) {
+	t.Helper()
+	pod := e.mustCrictl("statsp", "-o", "json", "--id", podID)
+	for _, want := range []string{podID, `"usageCoreNanoSeconds"`, `"workingSetBytes"`, `"rxBytes"`, `"eth0"`, ctrID} {
+		if !strings.Contains(pod, want) {
+			t.Errorf("crictl statsp -o json --id %s lacks %s:\n%s", podID, want, pod)
+		}
+	}
+	ctr := e.mustCrictl("stats", "-o", "json", "--id", ctrID)
+	for _, want := range []string{ctrID, `"usageCoreNanoSeconds"`, `"workingSetBytes"`} {
+		if !strings.Contains(ctr, want) {
+			t.Errorf("crictl stats -o json --id %s lacks %s:\n%s", ctrID, want, ctr)
+		}
+	}
+	if table := e.mustCrictl("statsp", "--id", podID); !strings.Contains(table, podID[:12]) {
+		t.Errorf("crictl statsp --id %s: no row for the pod:\n%s", podID, table)
 	}
 }
