@@ -146,8 +146,9 @@ e2e-faults:
 		tee $(OUT)/e2e-faults.log | grep -E '^(faults: |--- FAIL|FAIL|ok|panic)|_test.go:[0-9]+:' || rc=$$?; \
 	exit $${rc:-0}
 
-## e2e-kubelet: a real kubelet v1.36 (built from the module proxy into _output/kubelet) runs a
-# static pod on netshim; prints PASS/FAIL per check and a summary line last (root)
+## e2e-kubelet: real kubelets v1.36 and v1.37 (built from the module proxy into _output/kubelet-v1.3x)
+# run a static pod on netshim, with default gates and with PodAndContainerStatsFromCRI+EventedPLEG;
+# prints PASS/FAIL per check and a summary line last (root)
 e2e-kubelet:
 	@hack/e2e-kubelet.sh
 
