@@ -45,15 +45,9 @@ import (
 // its checkpoint, or whose containers are not running, is reported with no
 // figures.
 func (ds *DockerService) PodSandboxStats(_ context.Context, r *runtimeapi.PodSandboxStatsRequest) (*runtimeapi.PodSandboxStatsResponse, error) {
-	if err := ds.requireSynced(); err != nil {
-		return nil, err
-	}
-	ref, found, err := ds.lookupSandbox(r.GetPodSandboxId())
+	ref, err := ds.mustFindSandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
-	}
-	if !found {
-		return nil, notFoundf("pod sandbox %s not found", r.GetPodSandboxId())
 	}
 	s := ds.containers.stats
 	now := s.now()

@@ -16,15 +16,9 @@ import (
 // sandbox whose container is gone but whose checkpoint remains is reported
 // NOTREADY, so that kubelet and crictl can still stop and remove it.
 func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
-	if err := ds.requireSynced(); err != nil {
-		return nil, err
-	}
-	ref, found, err := ds.lookupSandbox(r.GetPodSandboxId())
+	ref, err := ds.mustFindSandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
-	}
-	if !found {
-		return nil, notFoundf("pod sandbox %s not found", r.GetPodSandboxId())
 	}
 	resp := &runtimeapi.PodSandboxStatusResponse{Status: ds.sandboxStatusOf(ref)}
 	if r.GetVerbose() {

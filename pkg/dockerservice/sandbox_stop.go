@@ -46,6 +46,24 @@ func (ds *DockerService) lookupSandbox(id string) (ref sandboxRef, found bool, e
 	return ref, ref.rec != nil || ref.cp != nil, nil
 }
 
+// mustFindSandbox is lookupSandbox for the RPCs about an existing
+// sandbox: it waits for nothing, answers Unavailable before the index's
+// first sync and NotFound for a sandbox neither the index nor the
+// checkpoints know.
+func (ds *DockerService) mustFindSandbox(id string) (sandboxRef, error) {
+	if err := ds.requireSynced(); err != nil {
+		return sandboxRef{}, err
+	}
+	ref, found, err := ds.lookupSandbox(id)
+	if err != nil {
+		return ref, err
+	}
+	if !found {
+		return ref, notFoundf("pod sandbox %s not found", id)
+	}
+	return ref, nil
+}
+
 func (r sandboxRef) running() bool { return r.rec != nil && r.rec.Running() }
 
 // hostNetwork says whether the sandbox uses the node's network (and so has

@@ -14,15 +14,9 @@ import (
 // UpdateContainerResources. So the answer only says whether the sandbox
 // exists; kubelet reads an error as the runtime rejecting the resize.
 func (ds *DockerService) UpdatePodSandboxResources(_ context.Context, r *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error) {
-	if err := ds.requireSynced(); err != nil {
-		return nil, err
-	}
-	ref, found, err := ds.lookupSandbox(r.GetPodSandboxId())
+	ref, err := ds.mustFindSandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
-	}
-	if !found {
-		return nil, notFoundf("pod sandbox %s not found", r.GetPodSandboxId())
 	}
 	klog.V(4).InfoS("Pod sandbox resources updated by kubelet; nothing for Docker to do", "podSandboxID", ref.id, "resources", r.GetResources(), "overhead", r.GetOverhead())
 	return &runtimeapi.UpdatePodSandboxResourcesResponse{}, nil
