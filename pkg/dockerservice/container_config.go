@@ -240,8 +240,11 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (b
 			return nil, nil, invalidArgf("mount %s: unknown propagation %d", dst, m.GetPropagation())
 		}
 
+		// Without SELinux on the host a relabel changes nothing (Docker
+		// skips it), so the request does not decide how to mount.
+		relabel := m.GetSelinuxRelabel() && selinux
 		if m.GetRecursiveReadOnly() {
-			mt, err := recursiveReadOnlyMount(m, dst, propagation, apiVersion)
+			mt, err := recursiveReadOnlyMount(m, dst, propagation, apiVersion, relabel)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -259,9 +262,7 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (b
 		// relabeling (on SELinux nodes only) for the volumes it manages
 		// itself (secrets, config maps, projected, empty dirs), which have
 		// no submounts, so the difference does not show; refusing would
-		// break them all. Without SELinux on the host a relabel changes
-		// nothing (Docker skips it), so the request does not decide.
-		relabel := m.GetSelinuxRelabel() && selinux
+		// break them all.
 		if colon || (nonRecursiveRO && !relabel) {
 			bo := &mount.BindOptions{Propagation: propagation, ReadOnlyNonRecursive: nonRecursiveRO}
 			if !colon {
@@ -303,7 +304,10 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (b
 // advertises the feature (Status, runtime_handlers.go: API 1.44+, kernel
 // 5.12+, "rro" among the runtime's OCI features), and CreateContainer
 // refuses a kernel or runtime known to lack it before this runs.
-func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.Propagation, apiVersion string) (mount.Mount, error) {
+//
+// relabel is the mount's SELinux relabel request on an SELinux host; on
+// others (critest and kubelet may ask anyway) it is false and ignored.
+func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.Propagation, apiVersion string, relabel bool) (mount.Mount, error) {
 	if !m.GetReadonly() {
 		return mount.Mount{}, invalidArgf("mount %s: recursive read-only needs readonly", dst)
 	}
@@ -313,7 +317,7 @@ func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.P
 	if !apiAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
 		return mount.Mount{}, invalidArgf("mount %s: recursive read-only mounts need Docker API %s or later (Docker 25); this engine speaks %s", dst, minRecursiveReadOnlyAPI, apiVersion)
 	}
-	if m.GetSelinuxRelabel() {
+	if relabel {
 		return mount.Mount{}, invalidArgf("mount %s: SELinux relabeling cannot be combined with recursive read-only through Docker's mount API", dst)
 	}
 	return mount.Mount{Type: mount.TypeBind, Source: m.GetHostPath(), Target: dst, ReadOnly: true,

@@ -324,6 +324,21 @@ func TestCreateContainerRecursiveReadOnly(t *testing.T) {
 	})
 }
 
+// TestRecursiveReadOnlyWithRelabel: critest (and kubelet on any node)
+// may ask for an SELinux relabel with a recursive read-only mount. Off an
+// SELinux host the relabel is a no-op and the mount is made; on one,
+// Docker's mount API cannot relabel and the request is refused.
+func TestRecursiveReadOnlyWithRelabel(t *testing.T) {
+	ms := []*runtimeapi.Mount{{HostPath: "/src", ContainerPath: "/dst", Readonly: true, RecursiveReadOnly: true, SelinuxRelabel: true}}
+	_, mounts, err := containerMounts(ms, "1.44", false)
+	if err != nil || len(mounts) != 1 || mounts[0].BindOptions == nil || !mounts[0].BindOptions.ReadOnlyForceRecursive {
+		t.Errorf("without SELinux: mounts %+v, err %v; want one forced-recursive read-only bind", mounts, err)
+	}
+	if _, _, err := containerMounts(ms, "1.44", true); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "SELinux") {
+		t.Errorf("with SELinux: err %v, want InvalidArgument naming SELinux", err)
+	}
+}
+
 // TestMountsPerAPIVersion maps every kind of mount on the API versions
 // netshim meets: 1.41 (Docker 20.10), 1.43 (Docker 24), 1.44 (Docker 25,
 // where "ro" binds turned recursive), 1.45 and 1.52 (Docker 29). A
