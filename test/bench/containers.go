@@ -127,6 +127,7 @@ func scenarioStatsWithContainers(ctx context.Context, b *bench) error {
 		p50, p99 := percentile(samples, 50), percentile(samples, 99)
 		b.report.durs[m.key+".p50"] = p50
 		b.report.durs[m.key+".p99"] = p99
+		b.report.nums[m.key+".reqs"] = float64(reqs.total()) / float64(calls)
 		b.report.add("10", fmt.Sprintf("%s p50 / p99 (%d pods, one running container each, %d calls)", m.name, n, calls), fmtDur(p50)+" / "+fmtDur(p99))
 		b.report.add("10", fmt.Sprintf("Docker requests per %s (%d pods, one running container each)", m.name, n), fmt.Sprintf("%s: %s", perOp(reqs.total(), calls), fmtKinds(reqs, calls)))
 		b.noteForeign("during the "+m.name+" calls with containers", reqs)

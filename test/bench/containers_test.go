@@ -72,3 +72,30 @@ func checkErr(t *testing.T, err error, want string) {
 		t.Errorf("err = %v, want one containing %q", err, want)
 	}
 }
+
+// TestStatsRequestsChecks checks the issue 10 acceptance lines: not
+// measured, met at 0 requests per call, missed at any other figure.
+func TestStatsRequestsChecks(t *testing.T) {
+	find := func(r *report, name string) check {
+		t.Helper()
+		for _, c := range r.checks() {
+			if strings.HasPrefix(c.target, "Docker requests per "+name+" ") {
+				return c
+			}
+		}
+		t.Fatalf("no acceptance line for %s", name)
+		return check{}
+	}
+	r := newReport()
+	if c := find(r, "ListContainerStats"); c.measured != "not measured" || c.met != "—" {
+		t.Errorf("before measuring: %+v", c)
+	}
+	r.nums["podstatsctr.reqs"] = 0
+	r.nums["ctrstats.reqs"] = 0.02
+	if c := find(r, "ListPodSandboxStats"); c.measured != "0" || c.met != "yes" {
+		t.Errorf("0 requests: %+v", c)
+	}
+	if c := find(r, "ListContainerStats"); c.measured != "0.02" || c.met != "**no**" {
+		t.Errorf("0.02 requests: %+v", c)
+	}
+}
