@@ -96,6 +96,8 @@ type bench struct {
 	// population is the --pods pods, present from the populate scenario
 	// to the depopulate one.
 	population []string
+	popConfigs map[string]*runtimeapi.PodSandboxConfig // sandbox config of each population pod
+	workloads  map[string]string                       // population pod -> its running container
 	started    time.Time
 }
 
@@ -136,7 +138,8 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	started := time.Now()
-	b := &bench{opts: o, runID: newUID()[:8], pods: map[string]bool{}, ownIDs: map[string]bool{}, report: newReport()}
+	b := &bench{opts: o, runID: newUID()[:8], pods: map[string]bool{}, ownIDs: map[string]bool{},
+		popConfigs: map[string]*runtimeapi.PodSandboxConfig{}, workloads: map[string]string{}, report: newReport()}
 	b.namespace = "nsbench-" + b.runID
 	b.started = started
 
