@@ -254,20 +254,3 @@ func (l *layerUsage) writableLayer(id string) *runtimeapi.FilesystemUsage {
 	}
 	return fu
 }
-
-// containerStats is one container's stats: cgroup figures and the
-// writable layer.
-func (ds *DockerService) containerStats(rec *store.Record, sample cgroupSample, now time.Time) *runtimeapi.ContainerStats {
-	st := ds.containers.stats.containerStats(rec, sample, now)
-	st.WritableLayer = ds.layers.writableLayer(rec.ID)
-	return st
-}
-
-// podStats is one pod's stats, its containers' writable layers included.
-func (ds *DockerService) podStats(ps *podSample, now time.Time) *runtimeapi.PodSandboxStats {
-	st := ds.containers.stats.podStats(ps, now)
-	for _, c := range st.GetLinux().GetContainers() {
-		c.WritableLayer = ds.layers.writableLayer(c.GetAttributes().GetId())
-	}
-	return st
-}

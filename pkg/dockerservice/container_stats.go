@@ -27,6 +27,9 @@ type statsReader struct {
 	// CPU samples of containers and of pods, kept apart so that
 	// forgetting the containers no longer listed leaves the pods'.
 	containerCPU, podCPU rateKeeper
+	// writableLayer is a container's last measured writable layer
+	// (container_layer.go), nil when none; unset, none is reported.
+	writableLayer func(id string) *runtimeapi.FilesystemUsage
 }
 
 func newStatsReader() *statsReader {
@@ -40,7 +43,7 @@ func (ds *DockerService) ContainerStats(_ context.Context, r *runtimeapi.Contain
 		return nil, err
 	}
 	s := ds.containers.stats
-	return &runtimeapi.ContainerStatsResponse{Stats: ds.containerStats(rec, s.sampleContainer(rec), s.now())}, nil
+	return &runtimeapi.ContainerStatsResponse{Stats: s.containerStats(rec, s.sampleContainer(rec), s.now())}, nil
 }
 
 // ListContainerStats reports the usage of the containers matching the
@@ -56,7 +59,7 @@ func (ds *DockerService) ListContainerStats(_ context.Context, r *runtimeapi.Lis
 	now := s.now()
 	out := make([]*runtimeapi.ContainerStats, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, ds.containerStats(rec, s.sampleContainer(rec), now))
+		out = append(out, s.containerStats(rec, s.sampleContainer(rec), now))
 	}
 	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
 		s.containerCPU.forgetAllBut(recordIDs(recs))
@@ -107,6 +110,10 @@ func (s *statsReader) containerStats(rec *store.Record, sample cgroupSample, now
 		Attributes: &runtimeapi.ContainerAttributes{Id: rec.ID, Metadata: info.metadata, Labels: info.labels, Annotations: info.annotations},
 		Cpu:        &runtimeapi.CpuUsage{Timestamp: ts},
 		Memory:     &runtimeapi.MemoryUsage{Timestamp: ts},
+	}
+	// A stopped container's layer is still there, and still counts.
+	if s.writableLayer != nil {
+		st.WritableLayer = s.writableLayer(rec.ID)
 	}
 	if sample.paths == nil {
 		return st

@@ -51,7 +51,7 @@ func (ds *DockerService) PodSandboxStats(_ context.Context, r *runtimeapi.PodSan
 	}
 	s := ds.containers.stats
 	now := s.now()
-	return &runtimeapi.PodSandboxStatsResponse{Stats: ds.podStats(ds.samplePod(ref), now)}, nil
+	return &runtimeapi.PodSandboxStatsResponse{Stats: s.podStats(ds.samplePod(ref), now)}, nil
 }
 
 // ListPodSandboxStats reports the usage of the sandboxes matching the
@@ -69,7 +69,7 @@ func (ds *DockerService) ListPodSandboxStats(_ context.Context, r *runtimeapi.Li
 	now := s.now()
 	out := make([]*runtimeapi.PodSandboxStats, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, ds.podStats(ds.samplePod(ds.sandboxRefOf(rec)), now))
+		out = append(out, s.podStats(ds.samplePod(ds.sandboxRefOf(rec)), now))
 	}
 	if f.GetId() == "" && len(f.GetLabelSelector()) == 0 {
 		s.podCPU.forgetAllBut(recordIDs(recs))

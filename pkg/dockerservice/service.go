@@ -136,6 +136,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	ds.index = ds.newIndex()
 	ds.store = ds.index.Store()
 	ds.layers = newLayerUsage(client.Info, ds.store, cfg.LayerUsage)
+	ds.containers.stats.writableLayer = ds.layers.writableLayer
 	ds.events = newContainerEvents(ds)
 	ds.store.OnChange(ds.events.touch)
 	ds.containers.streams.onSettled = ds.events.touch
