@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,8 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/netshim/netshim/pkg/checkpoint"
 )
 
 // sized is a sandbox whose encoding takes about n bytes.
@@ -242,17 +239,7 @@ func twinAgrees(t *testing.T, method string, got int, err error, want int, wantE
 
 // Stream RPCs read the index as the List RPCs do: not before it is synced.
 func TestStreamRPCsWaitForFirstSync(t *testing.T) {
-	docker := newFakeDocker()
-	docker.down = true
-	ckpt, err := checkpoint.NewManager(filepath.Join(t.TempDir(), "sandbox"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := NewDockerService(Config{PodInfraImage: testPauseImage}, docker, ckpt, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := serveCRI(t, ds)
+	c := serveCRI(t, newUnsyncedService(t))
 	s, err := c.rt.StreamPodSandboxes(context.Background(), &runtimeapi.StreamPodSandboxesRequest{})
 	if _, _, err := collect(t, s, err, (*runtimeapi.StreamPodSandboxesResponse).GetPodSandboxes); status.Code(err) != codes.Unavailable {
 		t.Errorf("StreamPodSandboxes before the first sync: %v, want Unavailable", err)

@@ -688,7 +688,10 @@ func TestIndexResyncsAfterDockerRestart(t *testing.T) {
 	})
 }
 
-func TestReadsWaitForFirstSync(t *testing.T) {
+// newUnsyncedService is a service whose Docker engine is down, so that
+// its index never syncs.
+func newUnsyncedService(t *testing.T) *DockerService {
+	t.Helper()
 	docker := newFakeDocker()
 	docker.down = true
 	ckpt, err := checkpoint.NewManager(filepath.Join(t.TempDir(), "sandbox"))
@@ -699,6 +702,11 @@ func TestReadsWaitForFirstSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ds
+}
+
+func TestReadsWaitForFirstSync(t *testing.T) {
+	ds := newUnsyncedService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ds.Start(ctx)
