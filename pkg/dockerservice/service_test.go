@@ -166,6 +166,16 @@ func newTestEnv(t testing.TB, mutate ...func(*Config)) *testEnv {
 		t.Fatal(err)
 	}
 	startService(t, ds)
+	// Once synced, the service asks the engine its version and negotiates
+	// the API in the background (onIndexSync); the negotiation is last.
+	// Waiting for it means tests start with the engine quiet: its calls
+	// cannot land among the ones a test counts, nor record the API version
+	// after a test changed the engine's (useEngineAPI).
+	testutil.Eventually(t, "the start-up API version negotiation", func() bool {
+		ds.mu.Lock()
+		defer ds.mu.Unlock()
+		return ds.apiVersion != ""
+	})
 	return &testEnv{ds: ds, docker: docker, plugin: plugin, ckpt: ckpt, root: root}
 }
 
