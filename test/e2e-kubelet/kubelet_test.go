@@ -55,9 +55,11 @@ const (
 	// restart the crashing container once (about 15 s when all works: 3 s
 	// run + 10 s back-off).
 	runDeadline = 120 * time.Second
-	// teardownDeadline: a removed static pod's sandbox goes at kubelet's
-	// next 1-minute container GC.
-	teardownDeadline = 100 * time.Second
+	// teardownDeadline: a removed static pod's containers go at kubelet's
+	// next 1-minute container GC, and its sandbox in that pass or, when
+	// the pass still saw the containers, in the next one (seen: 56 s and
+	// 99 s after the manifest went).
+	teardownDeadline = 150 * time.Second
 	rpcTimeout       = 10 * time.Second
 )
 
