@@ -8,6 +8,11 @@
 // t.Cleanup. The error-returning forms (NewNetshim, Netshim.Start) serve
 // callers that are not tests, such as the benchmark command.
 //
+// The CRI configs the tests send are built the same way: Pod(name,
+// InNamespace(ns), WithHostPort(80, 8080, TCP)) and Container(name, image,
+// WithCommand(...)) give the defaults every suite shares, so a test states
+// only what it is about.
+//
 // The package needs no build tag: it only starts processes when asked, so
 // its own unit tests run without root or Docker.
 package harness
