@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 // workloadImage is hack/images.sh's static busybox (sh, httpd, wget, ps).
@@ -33,14 +35,10 @@ func requireWorkloadImage(t *testing.T) {
 // workload image, logging to <name>.log in the pod's log directory.
 func (e *env) writeContainerJSON(name string, cmd ...string) string {
 	e.t.Helper()
-	data, err := json.MarshalIndent(map[string]any{
-		"metadata": map[string]any{"name": name},
-		"image":    map[string]any{"image": workloadImage},
-		"command":  cmd,
-		"log_path": name + ".log",
-		"labels":   map[string]string{"nse2e": e.namespace, "container": name},
-		"linux":    map[string]any{},
-	}, "", "  ")
+	data, err := json.MarshalIndent(harness.Container(name, workloadImage,
+		harness.WithCommand(cmd...),
+		harness.WithContainerLabels(map[string]string{"nse2e": e.namespace, "container": name}),
+	), "", "  ")
 	if err != nil {
 		e.t.Fatalf("encoding container config: %v", err)
 	}

@@ -346,16 +346,15 @@ func (e *env) listPodIDs() []string {
 
 // ---- pods through the Go client ----
 
-// podConfig is a minimal sandbox config for a pod of this env.
-func (e *env) podConfig(name string, pms ...*runtimeapi.PortMapping) *runtimeapi.PodSandboxConfig {
-	return &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: e.namespace, Uid: e.namespace + "-" + name},
-		Hostname:     name,
-		LogDirectory: filepath.Join(e.dir, "logs", name),
-		Labels:       map[string]string{"nse2e": e.namespace},
-		PortMappings: pms,
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
-	}
+// podConfig is a minimal sandbox config for a pod of this env, changed by
+// opts: in the env's namespace, with a log directory of its own in the
+// env's dir and the label leak-audit.sh looks for.
+func (e *env) podConfig(name string, opts ...harness.PodOption) *runtimeapi.PodSandboxConfig {
+	return harness.Pod(name, append([]harness.PodOption{
+		harness.InNamespace(e.namespace),
+		harness.WithLogDirectory(filepath.Join(e.dir, "logs", name)),
+		harness.WithPodLabels(map[string]string{"nse2e": e.namespace}),
+	}, opts...)...)
 }
 
 func (e *env) rpcCtx() (context.Context, context.CancelFunc) {
@@ -398,33 +397,13 @@ func (e *env) mustCrictl(args ...string) string {
 	return so
 }
 
-// writePodJSON writes a crictl pod config file and returns its path.
-func (e *env) writePodJSON(name string, pms ...*runtimeapi.PortMapping) string {
+// writePodJSON writes a crictl pod config file of e.podConfig(name,
+// opts...) and returns its path. crictl decodes the file into the CRI's
+// Go type by its JSON field names, so encoding that type writes what it
+// reads.
+func (e *env) writePodJSON(name string, opts ...harness.PodOption) string {
 	e.t.Helper()
-	var mappings []map[string]any
-	for _, pm := range pms {
-		mappings = append(mappings, map[string]any{
-			"protocol":       int32(pm.Protocol),
-			"container_port": pm.ContainerPort,
-			"host_port":      pm.HostPort,
-		})
-	}
-	cfg := map[string]any{
-		"metadata": map[string]any{
-			"name":      name,
-			"namespace": e.namespace,
-			"uid":       e.namespace + "-" + name,
-			"attempt":   0,
-		},
-		"hostname":      name,
-		"log_directory": filepath.Join(e.dir, "logs", name),
-		"labels":        map[string]string{"nse2e": e.namespace},
-		"linux":         map[string]any{},
-	}
-	if len(mappings) > 0 {
-		cfg["port_mappings"] = mappings
-	}
-	data, err := json.MarshalIndent(cfg, "", "  ")
+	data, err := json.MarshalIndent(e.podConfig(name, opts...), "", "  ")
 	if err != nil {
 		e.t.Fatalf("encoding pod config: %v", err)
 	}

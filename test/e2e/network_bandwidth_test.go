@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 // The bandwidth annotations reach the CNI bandwidth plugin as the
@@ -29,12 +31,10 @@ func TestNetworkBandwidth(t *testing.T) {
 	e.start()
 
 	ifbBefore := ifbDevices(t)
-	id, _ := e.runPodWith("shaped", func(c *runtimeapi.PodSandboxConfig) {
-		c.Annotations = map[string]string{
-			"kubernetes.io/ingress-bandwidth": "10M",
-			"kubernetes.io/egress-bandwidth":  "10M",
-		}
-	})
+	id, _ := e.runPodWith("shaped", harness.WithPodAnnotations(map[string]string{
+		"kubernetes.io/ingress-bandwidth": "10M",
+		"kubernetes.io/egress-bandwidth":  "10M",
+	}))
 	veth := e.hostVeth(id)
 	if !strings.Contains(strings.Join(e.vethsOnBridge(), " "), veth) {
 		t.Fatalf("host veth %s from the CNI result is not on bridge %s (%v)", veth, e.bridge, e.vethsOnBridge())
@@ -64,7 +64,7 @@ func TestNetworkBandwidth(t *testing.T) {
 	t.Logf("host veth %s: %s; ifb %v", veth, strings.TrimSpace(tbf), ifbs)
 
 	// An unshaped pod gets no tbf.
-	plain, _ := e.runPodWith("plain", nil)
+	plain, _ := e.runPodWith("plain")
 	plainVeth := e.hostVeth(plain)
 	if q := mustRun(t, "tc", "qdisc", "show", "dev", plainVeth); strings.Contains(q, "tbf") {
 		t.Errorf("a pod without bandwidth annotations has a tbf qdisc on %s:\n%s", plainVeth, q)
@@ -75,9 +75,7 @@ func TestNetworkBandwidth(t *testing.T) {
 		{"kubernetes.io/egress-bandwidth": "lots"},
 	} {
 		ctx, cancel := e.rpcCtx()
-		cfg := e.podConfig("invalid")
-		cfg.Annotations = bad
-		_, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+		_, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: e.podConfig("invalid", harness.WithPodAnnotations(bad))})
 		cancel()
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "lots") {
 			t.Errorf("RunPodSandbox with %v: %v, want InvalidArgument naming the value", bad, err)

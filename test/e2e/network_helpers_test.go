@@ -40,14 +40,11 @@ func (e *env) gateway() string {
 	return net.IPv4(ip[0], ip[1], ip[2], 1).String()
 }
 
-// runPodWith runs a sandbox through the Go client with cfg changed by
-// mutate, and returns its ID.
-func (e *env) runPodWith(name string, mutate func(*runtimeapi.PodSandboxConfig)) (string, *runtimeapi.PodSandboxConfig) {
+// runPodWith runs a sandbox of e.podConfig(name, opts...) through the Go
+// client, and returns its ID and config.
+func (e *env) runPodWith(name string, opts ...harness.PodOption) (string, *runtimeapi.PodSandboxConfig) {
 	e.t.Helper()
-	cfg := e.podConfig(name)
-	if mutate != nil {
-		mutate(cfg)
-	}
+	cfg := e.podConfig(name, opts...)
 	ctx, cancel := e.rpcCtx()
 	defer cancel()
 	resp, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})

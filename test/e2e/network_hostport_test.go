@@ -9,6 +9,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 // A pod with hostPort → containerPort 80 running busybox httpd answers on
@@ -20,14 +22,10 @@ func TestNetworkHostPort(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.start()
 	hostPort := e.hostPort(8)
-	podID, podCfg := e.runPodWith("web", func(c *runtimeapi.PodSandboxConfig) {
-		c.PortMappings = []*runtimeapi.PortMapping{{Protocol: runtimeapi.Protocol_TCP, ContainerPort: 80, HostPort: hostPort}}
-	})
+	podID, podCfg := e.runPodWith("web", harness.WithHostPort(80, hostPort, runtimeapi.Protocol_TCP))
 	podIP := e.podIPs(podID)[0]
-	e.startContainer(podID, podCfg, "httpd", func(c *runtimeapi.ContainerConfig) {
-		c.Image = &runtimeapi.ImageSpec{Image: workloadImage}
-		c.Command = []string{"sh", "-c", "mkdir -p /www && echo hello-from-" + podID[:12] + " >/www/index.html && exec httpd -f -p 80 -h /www"}
-	})
+	e.startContainer(podID, podCfg, "httpd",
+		harness.WithCommand("sh", "-c", "mkdir -p /www && echo hello-from-"+podID[:12]+" >/www/index.html && exec httpd -f -p 80 -h /www"))
 
 	rules := natRules(t)
 	dnat := grepRules(dnatRulesFor(rules, hostPort), fmt.Sprintf("--to-destination %s:80", podIP))

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 // Pod IPs live in the checkpoints, so a netshim restart, clean (SIGTERM)
@@ -79,10 +81,8 @@ func TestNetworkStartupTearDownOfDeadPod(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.start()
 	hostPort := e.hostPort(5)
-	dead, _ := e.runPodWith("dead", func(c *runtimeapi.PodSandboxConfig) {
-		c.PortMappings = []*runtimeapi.PortMapping{{Protocol: runtimeapi.Protocol_TCP, ContainerPort: 80, HostPort: hostPort}}
-	})
-	alive, _ := e.runPodWith("alive", nil)
+	dead, _ := e.runPodWith("dead", harness.WithHostPort(80, hostPort, runtimeapi.Protocol_TCP))
+	alive, _ := e.runPodWith("alive")
 	deadIP, aliveIP := e.podIPs(dead)[0], e.podIPs(alive)[0]
 	if len(dnatRulesFor(natRules(t), hostPort)) == 0 {
 		t.Fatalf("no DNAT rule for host port %d of the pod", hostPort)

@@ -81,7 +81,7 @@ func TestRuntimeClass(t *testing.T) {
 	if got := e.mustStatus(podID).RuntimeHandler; got != altRuntime {
 		t.Errorf("PodSandboxStatus says handler %q, want %q", got, altRuntime)
 	}
-	ctrID := e.startContainer(podID, cfg, "sleeper", func(c *runtimeapi.ContainerConfig) { c.Command = []string{"sleep", "300"} })
+	ctrID := e.startContainer(podID, cfg, "sleeper", harness.WithCommand("sleep", "300"))
 	if got := dockerRuntime(t, d, ctrID); got != altRuntime {
 		t.Errorf("container runs with Docker runtime %q, want %q", got, altRuntime)
 	}
@@ -173,14 +173,8 @@ func (e *env) checkReadOnlyMounts(podID string, podCfg *runtimeapi.PodSandboxCon
 	if !wantRRO {
 		ctx, cancel := e.rpcCtx()
 		defer cancel()
-		_, err := e.client.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, SandboxConfig: podCfg, Config: &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "ro-recursive"},
-			Image:    &runtimeapi.ImageSpec{Image: workloadImage},
-			Command:  probe,
-			LogPath:  "ro-recursive.log",
-			Mounts:   []*runtimeapi.Mount{rro},
-			Linux:    &runtimeapi.LinuxContainerConfig{},
-		}})
+		_, err := e.client.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, SandboxConfig: podCfg,
+			Config: harness.Container("ro-recursive", workloadImage, harness.WithCommand(probe...), harness.WithMounts(rro))})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "1.44") {
 			t.Errorf("recursive read-only mount on an engine that cannot: %v, want InvalidArgument naming API 1.44", err)
 		}
@@ -198,14 +192,8 @@ func (e *env) runToExit(podID string, podCfg *runtimeapi.PodSandboxConfig, name 
 	t.Helper()
 	ctx, cancel := e.rpcCtx()
 	defer cancel()
-	resp, err := e.client.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, SandboxConfig: podCfg, Config: &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: name},
-		Image:    &runtimeapi.ImageSpec{Image: workloadImage},
-		Command:  cmd,
-		LogPath:  name + ".log",
-		Mounts:   []*runtimeapi.Mount{m},
-		Linux:    &runtimeapi.LinuxContainerConfig{},
-	}})
+	resp, err := e.client.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, SandboxConfig: podCfg,
+		Config: harness.Container(name, workloadImage, harness.WithCommand(cmd...), harness.WithMounts(m))})
 	if err != nil {
 		t.Fatalf("CreateContainer %s: %v\n%s", name, err, e.logTail(30))
 	}

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 const (
@@ -42,7 +44,7 @@ func (e *env) runpWithPort(name string, hostPort int32) podWithPort {
 	t := e.t
 	vethsBefore := e.vethsOnBridge()
 
-	id := e.runp(e.writePodJSON(name, &runtimeapi.PortMapping{Protocol: runtimeapi.Protocol_TCP, ContainerPort: 80, HostPort: hostPort}))
+	id := e.runp(e.writePodJSON(name, harness.WithHostPort(80, hostPort, runtimeapi.Protocol_TCP)))
 	p := podWithPort{id: id, hostPort: hostPort}
 
 	st := e.inspectp(id)

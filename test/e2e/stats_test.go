@@ -12,6 +12,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 // A pod with a kubelet-style cgroup parent (cgroupfs driver: ".../pod<uid>")
@@ -24,10 +26,10 @@ func TestPodSandboxStats(t *testing.T) {
 	requireWorkloadImage(t)
 	e := newEnv(t, envOptions{})
 	e.start()
-	uid := e.namespace + "-stats"
+	uid := e.podConfig("stats").Metadata.Uid
 	top := fmt.Sprintf("/nse2e-stats-%d", e.slot)
 	parent := top + "/pod" + uid
-	podID, podCfg := e.runPodWith("stats", func(c *runtimeapi.PodSandboxConfig) { c.Linux.CgroupParent = parent })
+	podID, podCfg := e.runPodWith("stats", harness.WithPodCgroupParent(parent))
 	// Docker makes the parent cgroups and leaves them: remove them once
 	// the pod is gone (e.cleanup, registered first, runs after this).
 	t.Cleanup(func() {
@@ -38,10 +40,7 @@ func TestPodSandboxStats(t *testing.T) {
 			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, top))
 		}
 	})
-	busy := e.startContainer(podID, podCfg, "busy", func(c *runtimeapi.ContainerConfig) {
-		c.Image = &runtimeapi.ImageSpec{Image: workloadImage}
-		c.Command = []string{"sh", "-c", "while :; do :; done"}
-	})
+	busy := e.startContainer(podID, podCfg, "busy", harness.WithCommand("sh", "-c", "while :; do :; done"))
 	ping(t, e.podIPs(podID)[0])
 
 	get := func() (*runtimeapi.PodSandboxStats, time.Duration) {

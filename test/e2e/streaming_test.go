@@ -25,10 +25,9 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
-)
 
-// busyboxImage has a static busybox with sh, httpd, stty... (hack/images.sh).
-const busyboxImage = "netshim.local/busybox:latest"
+	"github.com/netshim/netshim/test/harness"
+)
 
 // streamDeadline bounds every wait on a streaming session.
 const streamDeadline = 30 * time.Second
@@ -95,9 +94,7 @@ func TestStreamingExec(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.start()
 	podID, podCfg := e.runPod("exec")
-	cid := e.startContainer(podID, podCfg, "sleeper", func(c *runtimeapi.ContainerConfig) {
-		c.Command = []string{"sh", "-c", "exec sleep 3600"}
-	})
+	cid := e.startContainer(podID, podCfg, "sleeper", harness.WithCommand("sh", "-c", "exec sleep 3600"))
 
 	// Output, exactly (critest's tty=false case compares it exactly).
 	so, se, err := e.crictl("exec", cid, "echo", "hello")
@@ -161,10 +158,7 @@ func TestStreamingAttach(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.start()
 	podID, podCfg := e.runPod("attach")
-	shell := e.startContainer(podID, podCfg, "shell", func(c *runtimeapi.ContainerConfig) {
-		c.Command = []string{"sh"}
-		c.Stdin, c.StdinOnce = true, true
-	})
+	shell := e.startContainer(podID, podCfg, "shell", harness.WithCommand("sh"), harness.WithStdin(true))
 	so, se, err := e.crictlIn("echo attached-hello\n", "attach", "--stdin", shell)
 	if err != nil || so != "attached-hello\n" || se != "" {
 		t.Fatalf("crictl attach --stdin: %v, stdout %q stderr %q; want \"attached-hello\\n\" and nothing on stderr", err, so, se)
@@ -173,9 +167,7 @@ func TestStreamingAttach(t *testing.T) {
 		t.Fatalf("the attached shell did not exit after its stdin closed (stdin_once)")
 	}
 
-	ticker := e.startContainer(podID, podCfg, "ticker", func(c *runtimeapi.ContainerConfig) {
-		c.Command = []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done"}
-	})
+	ticker := e.startContainer(podID, podCfg, "ticker", harness.WithCommand("sh", "-c", "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done"))
 	cmd, lines := e.startCrictl("attach", ticker)
 	select {
 	case line := <-lines:
@@ -200,9 +192,8 @@ func TestStreamingPortForwardToContainer(t *testing.T) {
 	e.start()
 	podID, podCfg := e.runPod("pf-web")
 	token := "netshim-pf-container-" + e.namespace
-	e.startContainer(podID, podCfg, "web", func(c *runtimeapi.ContainerConfig) {
-		c.Command = []string{"sh", "-c", fmt.Sprintf("mkdir -p /www && echo %s > /www/index.html && exec httpd -f -p 127.0.0.1:8081 -h /www", token)}
-	})
+	e.startContainer(podID, podCfg, "web",
+		harness.WithCommand("sh", "-c", fmt.Sprintf("mkdir -p /www && echo %s > /www/index.html && exec httpd -f -p 127.0.0.1:8081 -h /www", token)))
 	e.requireListening(e.pausePid(podID), 8081)
 	local := int(e.hostPort(9))
 	e.startPortForward(podID, fmt.Sprintf("%d:8081", local))
@@ -216,29 +207,16 @@ func TestStreamingPortForwardToContainer(t *testing.T) {
 // runPod starts a pod through the CRI and returns its ID and config.
 func (e *env) runPod(name string) (string, *runtimeapi.PodSandboxConfig) {
 	e.t.Helper()
-	cfg := e.podConfig(name)
-	ctx, cancel := e.rpcCtx()
-	defer cancel()
-	resp, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
-	if err != nil {
-		e.t.Fatalf("RunPodSandbox %s: %v\n%s", name, err, e.logTail(30))
-	}
-	return resp.PodSandboxId, cfg
+	return e.runPodWith(name)
 }
 
-// startContainer creates and starts a busybox container in a pod and
-// waits until it runs. While CreateContainer is not implemented (another
-// part of the work), the test is skipped, so it starts running by itself
-// once containers land.
-func (e *env) startContainer(podID string, podCfg *runtimeapi.PodSandboxConfig, name string, mutate func(*runtimeapi.ContainerConfig)) string {
+// startContainer creates and starts a container of the workload image,
+// changed by opts, in a pod and waits until it runs. While
+// CreateContainer is not implemented (another part of the work), the test
+// is skipped, so it starts running by itself once containers land.
+func (e *env) startContainer(podID string, podCfg *runtimeapi.PodSandboxConfig, name string, opts ...harness.ContainerOption) string {
 	e.t.Helper()
-	cfg := &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: name},
-		Image:    &runtimeapi.ImageSpec{Image: busyboxImage},
-		LogPath:  name + ".log",
-		Linux:    &runtimeapi.LinuxContainerConfig{},
-	}
-	mutate(cfg)
+	cfg := harness.Container(name, workloadImage, opts...)
 	ctx, cancel := e.rpcCtx()
 	defer cancel()
 	resp, err := e.client.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: cfg, SandboxConfig: podCfg})
