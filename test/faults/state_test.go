@@ -277,9 +277,7 @@ func testDiskFull(t *testing.T, w *world) {
 	c := n.CRI()
 	logs := filepath.Join(full, "logs")
 	podCfg := func(name string) *runtimeapi.PodSandboxConfig {
-		cfg := w.podConfig(name, 0)
-		cfg.LogDirectory = filepath.Join(logs, name)
-		return cfg
+		return w.podConfig(name, 0, harness.WithLogDirectory(filepath.Join(logs, name)))
 	}
 	run := func(name string) (string, error) {
 		ctx, cancel := rpcCtx(t.Context())
@@ -298,13 +296,7 @@ func testDiskFull(t *testing.T, w *world) {
 	createStart := func(podID, podName string) error {
 		ctx, cancel := rpcCtx(t.Context())
 		defer cancel()
-		cfg := &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "logger"},
-			Image:    &runtimeapi.ImageSpec{Image: workloadImage},
-			Command:  []string{"sh", "-c", "echo started; exec sleep 300"},
-			LogPath:  "logger.log",
-			Linux:    &runtimeapi.LinuxContainerConfig{},
-		}
+		cfg := harness.Container("logger", workloadImage, harness.WithCommand("sh", "-c", "echo started; exec sleep 300"))
 		resp, err := c.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: cfg, SandboxConfig: podCfg(podName)})
 		if err != nil {
 			return err

@@ -199,18 +199,19 @@ func (w *world) client() *harness.CRI {
 	return harness.ConnectCRI(w.t, w.ns.Sock)
 }
 
-func (w *world) podConfig(name string, hostPort int32) *runtimeapi.PodSandboxConfig {
-	cfg := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: w.sc.ns, Uid: w.sc.ns + "-" + name},
-		Hostname:     name,
-		LogDirectory: filepath.Join(w.sc.dir, "logs", name),
-		Labels:       map[string]string{"nsflt": w.sc.ns},
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+// podConfig is the sandbox config of a pod of the scope: in its
+// namespace, logging under its dir, mapping hostPort (unless 0) to port
+// 80, changed by opts.
+func (w *world) podConfig(name string, hostPort int32, opts ...harness.PodOption) *runtimeapi.PodSandboxConfig {
+	base := []harness.PodOption{
+		harness.InNamespace(w.sc.ns),
+		harness.WithLogDirectory(filepath.Join(w.sc.dir, "logs", name)),
+		harness.WithPodLabels(map[string]string{"nsflt": w.sc.ns}),
 	}
 	if hostPort != 0 {
-		cfg.PortMappings = []*runtimeapi.PortMapping{{Protocol: runtimeapi.Protocol_TCP, ContainerPort: 80, HostPort: hostPort}}
+		base = append(base, harness.WithHostPort(80, hostPort, runtimeapi.Protocol_TCP))
 	}
-	return cfg
+	return harness.Pod(name, append(base, opts...)...)
 }
 
 // hostPort is the k-th host port of the scope.
