@@ -10,6 +10,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 // workloadName is the name of the one container the bench runs in each
@@ -21,23 +23,20 @@ const workloadName = "work"
 // find the container in Docker should netshim die before removing it.
 func (b *bench) containerConfig(pod *runtimeapi.PodSandboxConfig) *runtimeapi.ContainerConfig {
 	md := pod.GetMetadata()
-	return &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: workloadName},
-		Image:    &runtimeapi.ImageSpec{Image: b.opts.pauseImage},
-		LogPath:  filepath.Join(workloadName, "0.log"),
-		Labels: map[string]string{
+	return harness.Container(workloadName, b.opts.pauseImage,
+		harness.WithLogPath(filepath.Join(workloadName, "0.log")),
+		harness.WithContainerLabels(map[string]string{
 			"io.kubernetes.container.name": workloadName,
 			"io.kubernetes.pod.name":       md.GetName(),
 			"io.kubernetes.pod.namespace":  md.GetNamespace(),
 			"io.kubernetes.pod.uid":        md.GetUid(),
 			runLabel:                       b.runID,
-		},
-		Annotations: map[string]string{
+		}),
+		harness.WithContainerAnnotations(map[string]string{
 			"io.kubernetes.container.restartCount":           "0",
 			"io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
-		},
-		Linux: &runtimeapi.LinuxContainerConfig{},
-	}
+		}),
+	)
 }
 
 // runWorkload creates and starts the workload container of one pod. The

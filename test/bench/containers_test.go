@@ -7,6 +7,30 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// TestContainerConfigIsKubeletShaped pins the workload container's config
+// to the shape kubelet gives a pod's first container, field for field.
+func TestContainerConfigIsKubeletShaped(t *testing.T) {
+	b := &bench{runID: "run1", opts: options{pauseImage: "pause:1"}}
+	pod := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "pop-1", Namespace: "ns", Uid: "u-1"}}
+	requireProtoEqual(t, b.containerConfig(pod), &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: workloadName},
+		Image:    &runtimeapi.ImageSpec{Image: "pause:1"},
+		LogPath:  workloadName + "/0.log",
+		Labels: map[string]string{
+			"io.kubernetes.container.name": workloadName,
+			"io.kubernetes.pod.name":       "pop-1",
+			"io.kubernetes.pod.namespace":  "ns",
+			"io.kubernetes.pod.uid":        "u-1",
+			runLabel:                       "run1",
+		},
+		Annotations: map[string]string{
+			"io.kubernetes.container.restartCount":           "0",
+			"io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
+		},
+		Linux: &runtimeapi.LinuxContainerConfig{},
+	})
+}
+
 func ctrStat(id string, cpu bool) *runtimeapi.ContainerStats {
 	s := &runtimeapi.ContainerStats{Attributes: &runtimeapi.ContainerAttributes{Id: id}, Cpu: &runtimeapi.CpuUsage{Timestamp: 1}}
 	if cpu {

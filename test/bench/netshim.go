@@ -12,6 +12,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
 )
 
 // rssBytes reads the resident set size of the process from /proc.
@@ -43,41 +45,28 @@ func rssBytes(pid int) (int64, error) {
 const runLabel = "netshim.bench/run"
 
 // podConfig is a sandbox config shaped like kubelet's for an ordinary pod
-// without host ports.
+// without host ports. Its UID is random, as kubelet's pods' are.
 func (b *bench) podConfig(name string) *runtimeapi.PodSandboxConfig {
 	uid := newUID()
 	ns := b.namespace
-	return &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: ns, Uid: uid, Attempt: 0},
-		Hostname:     name,
-		LogDirectory: filepath.Join(b.dir, "pods", ns+"_"+name+"_"+uid),
-		DnsConfig: &runtimeapi.DNSConfig{
-			Servers:  []string{"10.96.0.10"},
-			Searches: []string{ns + ".svc.cluster.local", "svc.cluster.local", "cluster.local"},
-			Options:  []string{"ndots:5"},
-		},
-		Labels: map[string]string{
+	return harness.Pod(name,
+		harness.InNamespace(ns),
+		harness.WithUID(uid),
+		harness.WithLogDirectory(filepath.Join(b.dir, "pods", ns+"_"+name+"_"+uid)),
+		harness.WithPodDNS([]string{"10.96.0.10"}, []string{ns + ".svc.cluster.local", "svc.cluster.local", "cluster.local"}, []string{"ndots:5"}),
+		harness.WithPodLabels(map[string]string{
 			"io.kubernetes.pod.name":      name,
 			"io.kubernetes.pod.namespace": ns,
 			"io.kubernetes.pod.uid":       uid,
 			"app":                         "bench",
 			runLabel:                      b.runID,
-		},
-		Annotations: map[string]string{
+		}),
+		harness.WithPodAnnotations(map[string]string{
 			"kubernetes.io/config.seen":   time.Now().UTC().Format(time.RFC3339Nano),
 			"kubernetes.io/config.source": "api",
-		},
-		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent: "",
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				NamespaceOptions: &runtimeapi.NamespaceOption{
-					Network: runtimeapi.NamespaceMode_POD,
-					Pid:     runtimeapi.NamespaceMode_CONTAINER,
-					Ipc:     runtimeapi.NamespaceMode_POD,
-				},
-			},
-		},
-	}
+		}),
+		harness.WithPodNamespaceModes(runtimeapi.NamespaceMode_POD, runtimeapi.NamespaceMode_CONTAINER, runtimeapi.NamespaceMode_POD),
+	)
 }
 
 // newUID returns a random UUID-shaped string, as pod UIDs are.
