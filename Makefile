@@ -12,7 +12,7 @@ LDFLAGS := -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
-LINT_TAGS := e2e,kubelet,faults
+LINT_TAGS := e2e,kubelet,faults,critest
 
 # ENGINE: the Docker engine e2e and conformance run against.
 #   docker20  the system's Docker 20.10 (Debian's docker.io; hack/dockerd.sh)
@@ -70,7 +70,7 @@ crictl:
 critest:
 	@hack/build-crictl.sh critest
 
-## conformance: critest v1.34.0 against netshim, offline (root; registry on 127.0.0.1:5000, see hack/conformance.sh)
+## conformance: critest v1.34.0 against netshim, offline (root; registry on 127.0.0.1:5000; hack/conformance.sh installs and builds, test/critest runs it)
 # Extra critest flags: make conformance CRITEST_ARGS="-ginkgo.focus=Image". ENGINE=docker29 for Docker 29.
 .PHONY: conformance
 conformance:

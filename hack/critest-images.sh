@@ -3,7 +3,7 @@
 #
 # The images critest (cri-tools v1.34.0) needs, made locally with `docker import`
 # from rootfs tarballs: no registry, no `docker build`, no internet (only Debian's
-# package archive, for the dynamic busybox). Used by hack/conformance.sh; see
+# package archive, for the dynamic busybox). Used by hack/conformance.sh and test/critest (which reads `list` and pushes); see
 # ../shared/notes/critest-offline.md for why each image must look the way it does.
 #
 #   build          build every image (default). The rootfs tarballs are made
