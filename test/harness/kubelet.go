@@ -64,6 +64,7 @@ type kubeletConfig struct {
 	noPreflight   bool
 	// Host paths kubelet uses whatever its options; unit tests move them.
 	devicePluginDir, containerLogsDir string
+	guardOpts                         []HostGuardOption
 }
 
 // KubeletOption configures a Kubelet.
@@ -127,8 +128,9 @@ func WithKubeletArgs(args ...string) KubeletOption {
 // it removed at Stop; a dir given here is the caller's to remove).
 func WithKubeletDir(dir string) KubeletOption { return func(c *kubeletConfig) { c.dir = dir } }
 
-// WithKubeletLog sends kubelet's output to path (default: kubelet.log
-// next to the root dir).
+// WithKubeletLog sends kubelet's output to path (default: kubelet.log in
+// the kubelet's dir, which Stop removes when it is the Kubelet's own temp
+// dir: pass a path to keep the log).
 func WithKubeletLog(path string) KubeletOption { return func(c *kubeletConfig) { c.logPath = path } }
 
 // WithKubeletVerbosity sets -v (default 2).
@@ -262,7 +264,7 @@ func NewKubelet(opts ...KubeletOption) (*Kubelet, error) {
 	}
 	k := &Kubelet{cfg: c, guard: c.guard}
 	if k.guard == nil {
-		g, err := NewHostGuard(c.statePath)
+		g, err := NewHostGuard(c.statePath, c.guardOpts...)
 		if err != nil {
 			return nil, err
 		}
@@ -411,11 +413,13 @@ func StartKubelet(t testing.TB, opts ...KubeletOption) *Kubelet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// Read first: Stop removes a log in the Kubelet's own temp dir.
+		logTail := k.LogTail(40)
 		if err := k.Stop(); err != nil {
 			t.Errorf("stopping kubelet: %v", err)
 		}
 		if t.Failed() {
-			t.Logf("kubelet log:\n%s", k.LogTail(40))
+			t.Logf("kubelet log:\n%s", logTail)
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), k.cfg.startTimeout+5*time.Second)

@@ -104,6 +104,11 @@ func withHostPaths(dir string) KubeletOption {
 	}
 }
 
+// withOwnGuard gives the Kubelet's own guard these options.
+func withOwnGuard(opts ...HostGuardOption) KubeletOption {
+	return func(c *kubeletConfig) { c.guardOpts = append(c.guardOpts, opts...) }
+}
+
 // withGuardRoots moves the guard's /proc/sys, /sys/fs/cgroup and mountinfo.
 func withGuardRoots(sysctl, cgroup, mountinfo string) HostGuardOption {
 	return func(g *HostGuard) { g.sysctlRoot, g.cgroupRoot, g.mountinfo = sysctl, cgroup, mountinfo }
@@ -401,5 +406,36 @@ func TestKubeletPreflight(t *testing.T) {
 	}
 	if k.Pid() != 0 {
 		t.Error("kubelet started despite the failed preflight")
+	}
+}
+
+// StartKubelet's cleanup stops kubelet and, with the Kubelet's own guard
+// and temp dir, restores the host and removes the dir.
+func TestStartKubeletCleansUp(t *testing.T) {
+	host, groots := fakeHost(t)
+	state := filepath.Join(t.TempDir(), "state")
+	var k *Kubelet
+	t.Run("run", func(t *testing.T) {
+		port, hport := freePorts(t)
+		k = StartKubelet(t, WithKubeletBinary(fakeKubelet(t, "serve")), WithRuntimeEndpoint("/x.sock"),
+			WithKubeletPorts(port, hport), WithPodLogsDir(filepath.Join(host, "pods")), withHostPaths(host),
+			WithKubeletStateFile(state), withOwnGuard(groots, WithGuardLog(t.Logf)))
+		if !k.Running() {
+			t.Fatal("not running after StartKubelet")
+		}
+		if _, err := os.Stat(state); err != nil {
+			t.Fatalf("no state file while kubelet runs: %v", err)
+		}
+		if err := os.MkdirAll(filepath.Join(host, "cgroup/cpu/kubepods/pod1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if k.Running() {
+		t.Fatal("kubelet runs after the test's cleanup")
+	}
+	for _, p := range []string{k.Dir, state, filepath.Join(host, "cgroup/cpu/kubepods")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is left after the cleanup (%v)", p, err)
+		}
 	}
 }
