@@ -98,6 +98,13 @@ rm -rf "${ARTIFACTS:?}"/*
 
 echo "==> images (host engine)"
 host_dockerd_started=0
+# stop_host_engine stops the host engine if this run started it.
+stop_host_engine() {
+  ((host_dockerd_started)) || return 0
+  host_dockerd_started=0
+  "$ROOT/hack/dockerd.sh" stop
+}
+trap 'stop_host_engine || true' EXIT
 if ! "$ROOT/hack/dockerd.sh" status >/dev/null 2>&1; then
   host_dockerd_started=1
 fi
@@ -124,7 +131,7 @@ while :; do
 done
 trap - INT TERM
 
-if ((host_dockerd_started)) && ! "$ROOT/hack/dockerd.sh" stop; then
+if ! stop_host_engine; then
   # The test binary's summary did not count this: count it here.
   echo "FAIL host-engine: hack/dockerd.sh stop failed (this run started the host engine)"
   echo "FAIL host-engine: hack/dockerd.sh stop failed" >>"$ARTIFACTS/results.txt"
