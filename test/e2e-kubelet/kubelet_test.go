@@ -1,9 +1,11 @@
 //go:build kubelet
 
-// Package e2ekubelet checks netshim under a real kubelet. hack/e2e-kubelet.sh
-// (`make e2e-kubelet`) sets up the world (a private dockerd, netshim on a temp
-// socket with a CNI bridge network, kubelet v1.36 standalone with a static pod
-// dir) and runs this test with E2E_KUBELET_* variables; without them it skips.
+// Package e2ekubelet checks netshim under a real kubelet. TestMain
+// (main_test.go) sets up the world through test/harness (a private dockerd,
+// netshim on a temp socket with a CNI bridge network, kubelet standalone
+// with a static pod dir) when hack/e2e-kubelet.sh (`make e2e-kubelet`)
+// runs the test binary with KUBELET_BIN and the other variables it sets;
+// without them the checks skip.
 //
 // The test writes one static pod of two busybox containers, watches it through
 // the CRI (netshim's socket) and through kubelet's own API (its authenticated
@@ -27,7 +29,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -70,7 +71,8 @@ type env struct {
 	subnet                                  *net.IPNet
 	ipamDir, podLogsDir                     string
 	results, artifacts                      string
-	hostPort, kubeletPID                    int
+	hostPort                                int
+	kubelet                                 *harness.Kubelet
 	// criStats: kubelet runs with PodAndContainerStatsFromCRI=true, so
 	// pod network stats come from netshim too.
 	criStats bool
@@ -78,45 +80,13 @@ type env struct {
 	gates string
 }
 
+// loadEnv is the world TestMain set up; without one the checks skip.
 func loadEnv(t *testing.T) *env {
 	t.Helper()
-	if os.Getenv("E2E_KUBELET_SOCK") == "" {
-		t.Skip("E2E_KUBELET_SOCK is not set: run `make e2e-kubelet` (hack/e2e-kubelet.sh) as root")
+	if theEnv == nil {
+		t.Skip("no world: run `make e2e-kubelet` (hack/e2e-kubelet.sh) as root; it sets KUBELET_BIN")
 	}
-	get := func(k string) string {
-		v := os.Getenv(k)
-		if v == "" {
-			t.Fatalf("%s is not set (hack/e2e-kubelet.sh sets it)", k)
-		}
-		return v
-	}
-	e := &env{
-		sock:       get("E2E_KUBELET_SOCK"),
-		staticDir:  get("E2E_KUBELET_STATIC_DIR"),
-		kubeletURL: get("E2E_KUBELET_URL"),
-		healthzURL: get("E2E_KUBELET_HEALTHZ_URL"),
-		namespace:  get("E2E_KUBELET_NAMESPACE"),
-		node:       get("E2E_KUBELET_NODE"),
-		image:      get("E2E_KUBELET_IMAGE"),
-		gateway:    get("E2E_KUBELET_GATEWAY"),
-		ipamDir:    get("E2E_KUBELET_IPAM_DIR"),
-		podLogsDir: get("E2E_KUBELET_POD_LOGS_DIR"),
-		results:    get("E2E_KUBELET_RESULTS"),
-		artifacts:  get("E2E_KUBELET_ARTIFACTS"),
-	}
-	e.gates = os.Getenv("E2E_KUBELET_FEATURE_GATES")
-	e.criStats = strings.Contains(e.gates, "PodAndContainerStatsFromCRI=true")
-	var err error
-	if _, e.subnet, err = net.ParseCIDR(get("E2E_KUBELET_SUBNET")); err != nil {
-		t.Fatalf("E2E_KUBELET_SUBNET: %v", err)
-	}
-	if e.hostPort, err = strconv.Atoi(get("E2E_KUBELET_HOST_PORT")); err != nil {
-		t.Fatalf("E2E_KUBELET_HOST_PORT: %v", err)
-	}
-	if e.kubeletPID, err = strconv.Atoi(get("E2E_KUBELET_PID")); err != nil {
-		t.Fatalf("E2E_KUBELET_PID: %v", err)
-	}
-	return e
+	return theEnv
 }
 
 // recorder prints and records the checks.
@@ -597,7 +567,7 @@ func TestKubeletStaticPod(t *testing.T) {
 	o := &observation{running: map[string]bool{}, maxAttempt: map[string]int{}, exitCodes: map[string][]int{}}
 	for {
 		e.observe(c, o)
-		if o.done() || time.Since(start) > runDeadline || !alive(e.kubeletPID) {
+		if o.done() || time.Since(start) > runDeadline || !e.kubelet.Running() {
 			break
 		}
 		time.Sleep(pollInterval)
@@ -608,7 +578,7 @@ func TestKubeletStaticPod(t *testing.T) {
 	}
 	why := func() error {
 		msg := o.lastPod.describe()
-		if !alive(e.kubeletPID) {
+		if !e.kubelet.Running() {
 			msg = "kubelet exited; " + msg
 		}
 		if o.lastErr != nil {
@@ -682,22 +652,6 @@ func short(id string) string {
 		return "(none)"
 	}
 	return id
-}
-
-// alive: the process exists and is not a zombie.
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(stat)
-	if i := strings.LastIndex(s, ") "); i >= 0 && len(s) > i+2 {
-		return s[i+2] != 'Z'
-	}
-	return true
 }
 
 func (e *env) podLogDir(o *observation) string {

@@ -1,7 +1,9 @@
 // Package harness sets up the world netshim's end-to-end tests, faults
 // suite and benchmark run in: the netshim daemon as a real process, CNI
 // network configs in a conf dir of their own, a private dockerd the test may
-// stop and restart, a CRI client, and bounded polls.
+// stop and restart, a CRI client, bounded polls, and a real kubelet
+// (Kubelet) with a HostGuard that saves and restores the host state kubelet
+// changes (sysctls, kubepods cgroups, directories, mounts).
 //
 // Everything is built from options (StartNetshim(t, WithKubenet(...),
 // WithArgs(...))) and, in the testing.TB forms, removed again through
