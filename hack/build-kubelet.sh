@@ -31,6 +31,7 @@
 #   once. Same wrapper module, same copy and ldflags as the kubelet; binaries
 #   that report the wanted version are not rebuilt. The kubelet stays
 #   _output/kubelet-<MINOR> (`build`). Cold (after the kubelet): about 2 min.
+#   Also unpacks Debian's etcd-server into _output/etcd/etcd (fetch_etcd).
 #
 # e2e-node [MINOR] (default v1.36): compiles kubernetes' node e2e suite
 #   (`go test -c k8s.io/kubernetes/test/e2e_node`) into
@@ -238,6 +239,7 @@ build_cluster() {
   version=$(wanted_version "$minor")
   dir="$OUT/k8s-$minor"
   log="$OUT/build-k8s-$minor.log"
+  fetch_etcd
   for c in "${CLUSTER_CMDS[@]}"; do
     has_version "$dir/$c" "$version" || missing+=("$c")
   done
@@ -268,6 +270,30 @@ build_cluster() {
   done
   rmdir "$tmp"
   echo "build-kubelet.sh: built ${CLUSTER_CMDS[*]} ($version) into $dir in $((SECONDS - start)) s"
+}
+
+# fetch_etcd: _output/etcd/etcd, Debian's etcd-server (3.4.23 on bookworm,
+# which kube-apiserver 1.36 runs on) unpacked, not installed: installing the
+# package would start a host etcd on 127.0.0.1:2379 through its init script.
+fetch_etcd() {
+  local dir="$OUT/etcd" tmp deb
+  if [[ -x "$dir/etcd" ]] && "$dir/etcd" --version 2>/dev/null | grep -q '^etcd Version: 3\.'; then
+    return 0
+  fi
+  command -v apt-get >/dev/null || die "no apt-get to fetch Debian's etcd-server with; put an etcd 3.4+ at $dir/etcd"
+  tmp=$(mktemp -d)
+  # The package index may be missing on a fresh machine: update once then.
+  if ! (cd "$tmp" && apt-get download etcd-server >"$tmp/log" 2>&1); then
+    apt-get update >"$tmp/log" 2>&1 && (cd "$tmp" && apt-get download etcd-server >>"$tmp/log" 2>&1) ||
+      { cat "$tmp/log" >&2; rm -rf "$tmp"; die "apt-get download etcd-server failed"; }
+  fi
+  deb=$(ls "$tmp"/etcd-server_*.deb)
+  dpkg-deb -x "$deb" "$tmp/x" || { rm -rf "$tmp"; die "cannot unpack $deb"; }
+  mkdir -p "$dir"
+  install -m 0755 "$tmp/x/usr/bin/etcd" "$dir/etcd.tmp"
+  mv -f "$dir/etcd.tmp" "$dir/etcd"
+  rm -rf "$tmp"
+  echo "build-kubelet.sh: unpacked $("$dir/etcd" --version | head -n 1) from $(basename "$deb") into $dir"
 }
 
 # build_e2e_node [MINOR]: compiles _output/k8s-MINOR/e2e_node.test unless the
