@@ -25,7 +25,7 @@ const (
 	// DefaultServiceCIDR is the test cluster's --service-cluster-ip-range.
 	// No kube-proxy runs, so no route or rule ever holds it: it only has to
 	// stay clear of the cluster CIDR.
-	DefaultServiceCIDR = "10.178.0.0/24"
+	DefaultServiceCIDR = "10.179.0.0/24"
 	// ControlPlaneStartTimeout bounds the wait for each component's health.
 	ControlPlaneStartTimeout = 2 * time.Minute
 	// ControlPlaneStopTimeout bounds the wait for each component to exit
@@ -476,12 +476,12 @@ func (cp *ControlPlane) buildComponents(f pkiFiles, ports map[string]int) []*com
 			"--enable-admission-plugins", "NodeRestriction",
 			"--kubelet-client-certificate", f.kubeletClientCert,
 			"--kubelet-client-key", f.kubeletClientKey,
-			// A kubelet refuses a loopback node IP, so a Node's
-			// InternalIP is a host address its kubelet (bound to
-			// 127.0.0.1) does not listen on; its Hostname address is
-			// its name. Nodes named 127.0.0.1 (as in kubernetes'
-			// hack/local-up-cluster.sh) are reached on loopback.
-			"--kubelet-preferred-address-types", "Hostname,InternalIP",
+			// kube-apiserver reaches a kubelet at its Node's
+			// InternalIP. A kubelet refuses a loopback --node-ip, but
+			// takes its node name as its InternalIP when that is an
+			// address: a Node named 127.0.0.1 (as in kubernetes'
+			// hack/local-up-cluster.sh) is reached on loopback.
+			"--kubelet-preferred-address-types", "InternalIP",
 			"--allow-privileged=true",
 			"--profiling=false",
 			cp.verbosityFlag(),

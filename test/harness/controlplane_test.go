@@ -129,7 +129,7 @@ func TestControlPlaneStartFailsWithTheLog(t *testing.T) {
 
 func TestFirstServiceIP(t *testing.T) {
 	for cidr, want := range map[string]string{
-		"10.178.0.0/24": "10.178.0.1",
+		"10.179.0.0/24": "10.179.0.1",
 		"10.96.0.5/12":  "10.96.0.1",
 		"fd00::/108":    "fd00::1",
 	} {
