@@ -290,11 +290,11 @@ func (cp *ControlPlane) Server() string {
 // Bin is the path of one of the Kubernetes binaries (kubectl, ...).
 func (cp *ControlPlane) Bin(name string) string { return filepath.Join(cp.cfg.binDir, name) }
 
-// freePorts asks the kernel for n free TCP ports on 127.0.0.1. Another
+// freeLoopbackPorts asks the kernel for n free TCP ports on 127.0.0.1. Another
 // process could take one before the component binds it; Start then fails
 // with the component's log saying so, which beats fixed ports that collide
 // with every other test on the host.
-func freePorts(n int) ([]int, error) {
+func freeLoopbackPorts(n int) ([]int, error) {
 	// Held open together, so that the n ports differ.
 	var ls []net.Listener
 	defer func() {
@@ -626,7 +626,7 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	cp.mu.Unlock()
 
 	names := []string{"etcd", "etcd-peer", kubeAPIServer, kubeControllerManager, kubeScheduler}
-	list, err := freePorts(len(names))
+	list, err := freeLoopbackPorts(len(names))
 	if err != nil {
 		return err
 	}
