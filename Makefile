@@ -152,13 +152,14 @@ e2e-faults:
 e2e-kubelet:
 	@hack/e2e-kubelet.sh
 
-## e2e-cluster: a single-node Kubernetes v1.36 cluster on 127.0.0.1 with netshim as its runtime (root)
+## e2e-cluster: a single-node Kubernetes v1.36 cluster on the loopback device with netshim as its runtime (root)
 # etcd (Debian's etcd-server, unpacked into _output/etcd), kube-apiserver,
 # kube-controller-manager, kube-scheduler and kubectl (built from the Go module
 # proxy into _output/k8s-v1.36 by hack/build-kubelet.sh cluster, cached) and the
 # kubelet (_output/kubelet-v1.36) on netshim (kubenet, bridge nsclu0, the Node's
 # podCIDR out of 10.177.0.0/16 arriving through UpdateRuntimeConfig) on a
-# private dockerd. test/e2e-cluster builds and tears down that world itself,
+# private dockerd; the kubelet listens on 10.180.0.1, an address put on lo for
+# the run. test/e2e-cluster builds and tears down that world itself,
 # runs one named test per check, audits the host afterwards, and prints
 # `e2e-cluster: N passed, N failed`; logs in _output/e2e-cluster/.
 e2e-cluster:

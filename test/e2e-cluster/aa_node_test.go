@@ -38,8 +38,8 @@ func TestNodeReady(t *testing.T) {
 			internal = a.Address
 		}
 	}
-	if internal != nodeName {
-		t.Errorf("InternalIP = %q, want %s (kube-apiserver reaches the kubelet there)", internal, nodeName)
+	if internal != nodeIP {
+		t.Errorf("InternalIP = %q, want %s (kube-apiserver reaches the kubelet there)", internal, nodeIP)
 	}
 
 	// netshim's own view: network ready, through the CIDR kubelet sent.

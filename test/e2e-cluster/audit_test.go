@@ -96,6 +96,9 @@ func (w *world) auditHost() []string {
 	if _, err := os.Stat(filepath.Join("/sys/class/net", bridge)); err == nil {
 		add("bridge %s is still there", bridge)
 	}
+	if has, err := hasNodeIP(); err != nil || has {
+		add("the node address %s is still on lo (%v)", nodeIP, err)
+	}
 	before := map[string]bool{}
 	for _, l := range w.before.clusterRule {
 		before[l] = true

@@ -107,8 +107,8 @@ func TestDeploymentPodIPs(t *testing.T) {
 			t.Errorf("pods %s and %s share the IP %s", other, p.Metadata.Name, p.Status.PodIP)
 		}
 		seen[p.Status.PodIP] = p.Metadata.Name
-		if p.Status.HostIP != nodeName {
-			t.Errorf("pod %s hostIP = %q, want %s", p.Metadata.Name, p.Status.HostIP, nodeName)
+		if p.Status.HostIP != nodeIP {
+			t.Errorf("pod %s hostIP = %q, want %s", p.Metadata.Name, p.Status.HostIP, nodeIP)
 		}
 		body, err := httpGet(fmt.Sprintf("http://%s:%d/", p.Status.PodIP, webPort))
 		if err != nil {

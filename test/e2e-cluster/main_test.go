@@ -26,10 +26,13 @@ import (
 // are host-wide, which is why `make e2e-cluster` runs under the Docker lock;
 // every port is picked free.
 const (
-	// nodeName doubles as the Node's InternalIP: kube-apiserver reaches
-	// the kubelet, which listens on 127.0.0.1 only, there (see
-	// harness.ControlPlane).
-	nodeName     = "127.0.0.1"
+	nodeName = "netshim-cluster"
+	// nodeIP is the Node's InternalIP, where kube-apiserver reaches the
+	// kubelet, which listens there only. It is an address of the loopback
+	// device, but not a 127/8 one: kubelet refuses a loopback --node-ip,
+	// and kube-apiserver's node proxy (/api/v1/nodes/N/proxy, the stats
+	// summary) refuses to proxy to anything but a global unicast address.
+	nodeIP       = "10.180.0.1"
 	bridge       = "nsclu0"
 	clusterCIDR  = "10.177.0.0/16"
 	nodeMaskSize = 24
@@ -54,6 +57,8 @@ type world struct {
 	auditBin  string
 	podLogs   string
 	before    hostSnapshot
+	// nodeIPAdded: setUp put nodeIP on lo.
+	nodeIPAdded bool
 }
 
 var w *world
@@ -203,6 +208,10 @@ func setUp() (*world, error) {
 		return w, err
 	}
 
+	if out, err := harness.RunCmd("ip", "addr", "add", nodeIP+"/32", "dev", "lo"); err != nil {
+		return w, fmt.Errorf("adding the node address %s to lo: %w: %s", nodeIP, err, out)
+	}
+	w.nodeIPAdded = true
 	kubeconfig, err := w.cp.NodeKubeconfig(nodeName)
 	if err != nil {
 		return w, err
@@ -217,11 +226,19 @@ func setUp() (*world, error) {
 		harness.WithRuntimeEndpoint(w.netshim.Sock),
 		harness.WithKubeconfig(kubeconfig),
 		harness.WithNodeName(nodeName),
+		harness.WithKubeletArgs("--node-ip="+nodeIP),
 		harness.WithKubeletPorts(ports[0], ports[1]),
 		harness.WithKubeletDir(filepath.Join(w.dir, "kubelet")),
 		harness.WithKubeletLog(filepath.Join(w.dir, "kubelet.log")),
 		harness.WithHostGuard(g),
 		harness.WithPodLogsDir(w.podLogs),
+		// On Linux kubelet takes a pod's network stats from cAdvisor,
+		// which knows pods only through its containerd and CRI-O
+		// handlers: with any other runtime the summary has none (its
+		// Linux listContainerNetworkStats returns nothing). With this
+		// gate every pod and container figure comes from the runtime,
+		// which is how a netshim node gets them.
+		harness.WithFeatureGates(map[string]bool{"PodAndContainerStatsFromCRI": true}),
 		harness.WithKubeletConfig(func(cfg map[string]any) {
 			// kube-apiserver authenticates with a client certificate
 			// of the cluster's CA; what it may do, kubelet asks it
@@ -233,6 +250,7 @@ func setUp() (*world, error) {
 			}
 			cfg["authorization"] = map[string]any{"mode": "Webhook"}
 			cfg["clusterDomain"] = "cluster.local"
+			cfg["address"] = nodeIP
 		}),
 	)
 	if err != nil {
@@ -246,9 +264,10 @@ func setUp() (*world, error) {
 	return w, nil
 }
 
-// preflight refuses to start where the run would break something or be
-// broken: a bridge of ours left by a run nobody cleaned up, a route over
-// the cluster CIDR.
+// preflight removes what a run that was not cleaned up left (bridge,
+// masquerade chain, node address) and refuses to start where the run would
+// break something or be broken: a route over the cluster CIDR or the node
+// address.
 func preflight() error {
 	if _, err := os.Stat(filepath.Join("/sys/class/net", bridge)); err == nil {
 		fmt.Printf("e2e-cluster: removing bridge %s left by an earlier run\n", bridge)
@@ -259,14 +278,19 @@ func preflight() error {
 	if err := removeMasq(); err != nil {
 		return err
 	}
-	for _, sel := range []string{"match", "root"} {
-		out, err := harness.RunCmd("ip", "-4", "route", "show", sel, clusterCIDR)
-		if err != nil {
-			return fmt.Errorf("ip route show %s %s: %w: %s", sel, clusterCIDR, err, out)
-		}
-		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			if l != "" && !strings.HasPrefix(l, "default") {
-				return fmt.Errorf("the cluster CIDR %s overlaps a route here: %s", clusterCIDR, l)
+	if err := removeNodeIP(); err != nil {
+		return err
+	}
+	for _, cidr := range []string{clusterCIDR, nodeIP + "/32"} {
+		for _, sel := range []string{"match", "root"} {
+			out, err := harness.RunCmd("ip", "-4", "route", "show", sel, cidr)
+			if err != nil {
+				return fmt.Errorf("ip route show %s %s: %w: %s", sel, cidr, err, out)
+			}
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				if l != "" && !strings.HasPrefix(l, "default") {
+					return fmt.Errorf("%s, which the run needs, overlaps a route here: %s", cidr, l)
+				}
 			}
 		}
 	}
@@ -307,6 +331,11 @@ func (w *world) tearDown() []string {
 	if w.netshim != nil {
 		if err := w.netshim.Stop(syscall.SIGTERM); err != nil {
 			add("netshim: %v", err)
+		}
+	}
+	if w.nodeIPAdded {
+		if err := removeNodeIP(); err != nil {
+			add("%v", err)
 		}
 	}
 	// netshim leaves its masquerade rules on exit, on purpose (pods keep
@@ -443,4 +472,25 @@ func removeMasq() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// hasNodeIP says whether nodeIP is an address of lo.
+func hasNodeIP() (bool, error) {
+	out, err := harness.RunCmd("ip", "-4", "-o", "addr", "show", "dev", "lo")
+	if err != nil {
+		return false, fmt.Errorf("ip addr show dev lo: %w: %s", err, out)
+	}
+	return strings.Contains(out, " "+nodeIP+"/"), nil
+}
+
+// removeNodeIP takes nodeIP off lo if it is there.
+func removeNodeIP() error {
+	has, err := hasNodeIP()
+	if err != nil || !has {
+		return err
+	}
+	if out, err := harness.RunCmd("ip", "addr", "del", nodeIP+"/32", "dev", "lo"); err != nil {
+		return fmt.Errorf("removing the node address %s from lo: %w: %s", nodeIP, err, out)
+	}
+	return nil
 }

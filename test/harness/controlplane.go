@@ -476,11 +476,10 @@ func (cp *ControlPlane) buildComponents(f pkiFiles, ports map[string]int) []*com
 			"--enable-admission-plugins", "NodeRestriction",
 			"--kubelet-client-certificate", f.kubeletClientCert,
 			"--kubelet-client-key", f.kubeletClientKey,
-			// kube-apiserver reaches a kubelet at its Node's
-			// InternalIP. A kubelet refuses a loopback --node-ip, but
-			// takes its node name as its InternalIP when that is an
-			// address: a Node named 127.0.0.1 (as in kubernetes'
-			// hack/local-up-cluster.sh) is reached on loopback.
+			// A kubelet is reached at its Node's InternalIP. Mind
+			// that a kubelet refuses a loopback --node-ip, and that
+			// the node proxy (/api/v1/nodes/N/proxy) refuses any
+			// address but a global unicast one.
 			"--kubelet-preferred-address-types", "InternalIP",
 			"--allow-privileged=true",
 			"--profiling=false",
