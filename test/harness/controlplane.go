@@ -435,7 +435,7 @@ func (cp *ControlPlane) NodeKubeconfig(node string) (string, error) {
 func (cp *ControlPlane) verbosityFlag() string { return "-v=" + strconv.Itoa(cp.cfg.verbosity) }
 
 // buildComponents makes the command lines.
-func (cp *ControlPlane) buildComponents(f pkiFiles, ports map[string]int) []*component {
+func (cp *ControlPlane) buildComponents(f pkiFiles, ports map[string]int, admin *http.Client) []*component {
 	c := cp.cfg
 	logPath := func(name string) string { return filepath.Join(cp.Dir, name+".log") }
 	etcdClient := fmt.Sprintf("http://127.0.0.1:%d", ports["etcd"])
@@ -486,6 +486,7 @@ func (cp *ControlPlane) buildComponents(f pkiFiles, ports map[string]int) []*com
 			cp.verbosityFlag(),
 		}, c.apiArgs...),
 		logPath: logPath(kubeAPIServer),
+		health:  apiServerReady(admin, fmt.Sprintf("https://127.0.0.1:%d", ports[kubeAPIServer])),
 	}
 	cmArgs := []string{
 		"--kubeconfig", f.cmKC,
@@ -548,6 +549,21 @@ func etcdHealth(url string) func(context.Context) error {
 		}
 		if !strings.Contains(strings.ReplaceAll(body, " ", ""), `"health":"true"`) {
 			return fmt.Errorf("etcd /health: %s", body)
+		}
+		return nil
+	}
+}
+
+// apiServerReady is kube-apiserver's /readyz, asked as the admin (which
+// also proves the client certificates work).
+func apiServerReady(admin *http.Client, server string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		body, err := get(ctx, admin, server+"/readyz")
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(body) != "ok" {
+			return fmt.Errorf("/readyz: %s", body)
 		}
 		return nil
 	}
@@ -642,17 +658,9 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	comps := cp.buildComponents(f, ports)
-	comps[1].health = func(ctx context.Context) error {
-		body, err := get(ctx, client, server+"/readyz")
-		if err != nil {
-			return err
-		}
-		if strings.TrimSpace(body) != "ok" {
-			return fmt.Errorf("/readyz: %s", body)
-		}
-		return nil
-	}
+	// Its connections are for the health checks only.
+	defer client.CloseIdleConnections()
+	comps := cp.buildComponents(f, ports, client)
 	cp.mu.Lock()
 	cp.server = server
 	cp.AdminKubeconfig = f.adminKC
