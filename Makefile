@@ -12,7 +12,7 @@ LDFLAGS := -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
-LINT_TAGS := e2e,kubelet,faults,critest
+LINT_TAGS := e2e,kubelet,faults,critest,cluster
 
 # ENGINE: the Docker engine e2e and conformance run against.
 #   docker20  the system's Docker 20.10 (Debian's docker.io; hack/dockerd.sh)
@@ -38,7 +38,7 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet test run clean bench dockerd-start dockerd-stop docker29 test-docker29
+.PHONY: build deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29
 
 ## build: compile the daemon into _output/netshim
 build:
@@ -152,11 +152,40 @@ e2e-faults:
 e2e-kubelet:
 	@hack/e2e-kubelet.sh
 
-## test: lint, unit, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29) and e2e-kubelet (all run; fails if any failed)
+## e2e-cluster: a single-node Kubernetes v1.36 cluster on the loopback device with netshim as its runtime (root)
+# etcd (Debian's etcd-server, unpacked into _output/etcd), kube-apiserver,
+# kube-controller-manager, kube-scheduler and kubectl (built from the Go module
+# proxy into _output/k8s-v1.36 by hack/build-kubelet.sh cluster, cached) and the
+# kubelet (_output/kubelet-v1.36) on netshim (kubenet, bridge nsclu0, the Node's
+# podCIDR out of 10.177.0.0/16 arriving through UpdateRuntimeConfig) on a
+# private dockerd; the kubelet listens on 10.180.0.1, an address put on lo for
+# the run. test/e2e-cluster builds and tears down that world itself,
+# runs one named test per check, audits the host afterwards, and prints
+# `e2e-cluster: N passed, N failed`; logs in _output/e2e-cluster/.
+e2e-cluster:
+	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e-cluster: must run as root" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory deps build
+	@hack/build-kubelet.sh build v1.36
+	@hack/build-kubelet.sh cluster v1.36
+	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
+	hack/dockerd.sh start; \
+	hack/images.sh; \
+	log=$(OUT)/e2e-cluster.log; \
+	NETSHIM_BIN=$(OUT)/netshim KUBELET_BIN=$(OUT)/kubelet-v1.36 K8S_BIN_DIR=$(OUT)/k8s-v1.36 ETCD_BIN=$(OUT)/etcd/etcd \
+	CNI_BIN_DIR=/usr/lib/cni LEAK_AUDIT=$(CURDIR)/test/e2e/leak-audit.sh \
+	E2E_CLUSTER_STATE=$(OUT)/e2e-cluster.state E2E_CLUSTER_ARTIFACTS=$(OUT)/e2e-cluster \
+		$(GO) test -count=1 -tags cluster -v -timeout 30m ./test/e2e-cluster 2>&1 | tee "$$log" || rc=$$?; \
+	passed=$$(grep -cE '^(--- PASS: Test|PASS teardown)' "$$log" || true); \
+	failed=$$(grep -cE '^(--- FAIL: Test|FAIL (teardown|setup))' "$$log" || true); \
+	if [[ $${rc:-0} -ne 0 && $$failed -eq 0 ]]; then echo "FAIL run: go test exited $$rc without a failed test (timeout? panic?)"; failed=1; fi; \
+	echo "e2e-cluster: $$passed passed, $$failed failed"; \
+	[[ $$failed -eq 0 && $${rc:-0} -eq 0 ]]
+
+## test: lint, unit, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29), e2e-kubelet and e2e-cluster (all run; fails if any failed)
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet; do \
+	for t in lint unit fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet e2e-cluster; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# hack/build-kubelet.sh [build [MINOR...]] | update-gomod MINOR [VERSION] | versions
+# hack/build-kubelet.sh [build [MINOR...]] | cluster [MINOR] | e2e-node [MINOR] |
+#   update-gomod MINOR [VERSION] | versions
 #
 # The kubelets the kubelet e2e runs: one wrapper module per Kubernetes minor,
 # hack/kubelet/<MINOR>/ (MINOR like v1.36), each requiring one k8s.io/kubernetes
@@ -22,6 +23,20 @@
 #   (default: the one it requires now) from kubernetes' own go.mod: one replace
 #   per `k8s.io/<m> => ./staging/...` line, so no list is kept by hand. `build`
 #   checks that each wrapper go.mod is what this would write and stops if not.
+#
+# cluster [MINOR] (default v1.36): builds the control plane `make e2e-cluster`
+#   runs, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl of
+#   the release hack/kubelet/<MINOR>/go.mod requires, into _output/k8s-<MINOR>/,
+#   with one `go build -o DIR/ PKG...` so that the packages they share compile
+#   once. Same wrapper module, same copy and ldflags as the kubelet; binaries
+#   that report the wanted version are not rebuilt. The kubelet stays
+#   _output/kubelet-<MINOR> (`build`). Cold (after the kubelet): about 2 min.
+#   Also unpacks Debian's etcd-server into _output/etcd/etcd (fetch_etcd).
+#
+# e2e-node [MINOR] (default v1.36): compiles kubernetes' node e2e suite
+#   (`go test -c k8s.io/kubernetes/test/e2e_node`) into
+#   _output/k8s-<MINOR>/e2e_node.test; it has no --version, so the version it
+#   was built for is kept next to it (e2e_node.test.version).
 #
 # versions: prints "MINOR VERSION" per wrapper.
 set -euo pipefail
@@ -126,28 +141,30 @@ update_gomod() {
   echo "build-kubelet.sh: wrote $WRAPPERS/$minor/go.mod for $KUBE_MODULE $version ($(grep -c ' => ' "$WRAPPERS/$minor/go.mod") replaces)"
 }
 
-# has_version BIN VERSION: BIN exists and reports VERSION.
+# has_version BIN VERSION: BIN exists and reports VERSION (kubectl through
+# `version --client`, the other commands through --version).
 has_version() {
-  [[ -x "$1" ]] && [[ "$("$1" --version 2>/dev/null)" == "Kubernetes $2" ]]
+  local want="Kubernetes $2" got
+  [[ -x "$1" ]] || return 1
+  if [[ "$(basename "$1")" == kubectl ]]; then
+    want="Client Version: $2"
+    got=$("$1" version --client 2>/dev/null | head -n 1)
+  else
+    got=$("$1" --version 2>/dev/null)
+  fi
+  [[ "$got" == "$want" ]]
 }
 
-# build_one MINOR: builds _output/kubelet-MINOR unless it is there already.
-build_one() {
-  local minor=$1 version bin src log
-  check_minor "$minor"
-  version=$(wanted_version "$minor")
-  bin="$OUT/kubelet-$minor"
-  src="$OUT/src/kubelet-$minor"
-  log="$OUT/build-kubelet-$minor.log"
-  if has_version "$bin" "$version"; then
-    return 0
-  fi
-  mkdir -p "$OUT"
-  local start=$SECONDS
-  echo "build-kubelet.sh: building kubelet $version (cold: about 5.5 min on 2 cores; log: $log)"
+# DEFAULT_CLUSTER_MINOR: the release `cluster` and `e2e-node` build by default,
+# the kubelet's that `make e2e-cluster` runs.
+DEFAULT_CLUSTER_MINOR=v1.36
 
+# prepare_src MINOR VERSION: checks the checked-in wrapper and copies it to
+# _output/src/kubelet-MINOR (printed), where `go mod tidy` may rewrite it.
+prepare_src() {
+  local minor=$1 version=$2 src="$OUT/src/kubelet-$1" check
+  mkdir -p "$OUT"
   # The checked-in wrapper must be exactly what kubernetes' go.mod implies.
-  local check
   check=$(mktemp "$OUT/.kubelet-go.mod.XXXXXX")
   generate_gomod "$version" "$check"
   if ! cmp -s "$check" "$WRAPPERS/$minor/go.mod"; then
@@ -156,30 +173,158 @@ build_one() {
     die "hack/kubelet/$minor/go.mod is not what $KUBE_MODULE@$version implies; run hack/build-kubelet.sh update-gomod $minor"
   fi
   rm -f "$check"
-
   # Build in a copy: tidy rewrites go.mod and writes go.sum. go.sum is kept between builds.
   mkdir -p "$src"
   cp "$WRAPPERS/$minor/go.mod" "$WRAPPERS/$minor/tools.go" "$src/"
+  echo "$src"
+}
 
-  local major minr ldflags
+# kube_ldflags VERSION: the version stamps kubernetes' own build sets, so
+# that the binaries report VERSION (kubelet --version, kubectl version).
+kube_ldflags() {
+  local version=$1 major minr ldflags pkg
   major=${version#v}; major=${major%%.*}
   minr=${version#v*.}; minr=${minr%%.*}
   ldflags="-s -w"
-  local pkg
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minr"
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   done
+  echo "$ldflags"
+}
 
+# lock_src MINOR: holds (until the script exits) the lock of the build copy,
+# so that two builds of one minor (kubelet and cluster, say) do not tidy it
+# at the same time.
+lock_src() {
+  mkdir -p "$OUT/src"
+  exec {lockfd}>"$OUT/src/kubelet-$1.lock"
+  flock "$lockfd"
+}
+
+# build_one MINOR: builds _output/kubelet-MINOR unless it is there already.
+build_one() {
+  local minor=$1 version bin src log
+  check_minor "$minor"
+  version=$(wanted_version "$minor")
+  bin="$OUT/kubelet-$minor"
+  log="$OUT/build-kubelet-$minor.log"
+  if has_version "$bin" "$version"; then
+    return 0
+  fi
+  lock_src "$minor"
+  local start=$SECONDS
+  echo "build-kubelet.sh: building kubelet $version (cold: about 5.5 min on 2 cores; log: $log)"
+  src=$(prepare_src "$minor" "$version")
   if ! (cd "$src" &&
     "$GO" mod tidy &&
-    "$GO" build -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$KUBE_MODULE/cmd/kubelet") >"$log" 2>&1; then
+    "$GO" build -trimpath -ldflags "$(kube_ldflags "$version")" -o "$bin.tmp" "$KUBE_MODULE/cmd/kubelet") >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     rm -f "$bin.tmp"
     die "building kubelet $version failed (log: $log)"
   fi
   mv -f "$bin.tmp" "$bin"
   has_version "$bin" "$version" || die "$bin reports '$("$bin" --version 2>&1)', not Kubernetes $version"
+  echo "build-kubelet.sh: built $bin ($version) in $((SECONDS - start)) s"
+}
+
+# CLUSTER_CMDS: what `cluster` builds, each a package k8s.io/kubernetes/cmd/<name>.
+CLUSTER_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+
+# build_cluster [MINOR]: builds the CLUSTER_CMDS into _output/k8s-MINOR/
+# unless they are all there, at the wanted version, already.
+build_cluster() {
+  local minor=${1:-$DEFAULT_CLUSTER_MINOR} version dir src log c missing=() pkgs=()
+  check_minor "$minor"
+  version=$(wanted_version "$minor")
+  dir="$OUT/k8s-$minor"
+  log="$OUT/build-k8s-$minor.log"
+  fetch_etcd
+  for c in "${CLUSTER_CMDS[@]}"; do
+    has_version "$dir/$c" "$version" || missing+=("$c")
+  done
+  ((${#missing[@]} > 0)) || return 0
+  for c in "${CLUSTER_CMDS[@]}"; do
+    grep -q "\"$KUBE_MODULE/cmd/$c\"" "$WRAPPERS/$minor/tools.go" ||
+      die "hack/kubelet/$minor/tools.go does not import $KUBE_MODULE/cmd/$c, so go mod tidy would not resolve it"
+  done
+  lock_src "$minor"
+  local start=$SECONDS
+  echo "build-kubelet.sh: building ${CLUSTER_CMDS[*]} $version into $dir (log: $log)"
+  src=$(prepare_src "$minor" "$version")
+  # All of them, not only the missing ones: one build, one set of ldflags.
+  for c in "${CLUSTER_CMDS[@]}"; do pkgs+=("$KUBE_MODULE/cmd/$c"); done
+  local tmp
+  mkdir -p "$dir"
+  tmp=$(mktemp -d "$dir/.build.XXXXXX")
+  if ! (cd "$src" &&
+    "$GO" mod tidy &&
+    "$GO" build -trimpath -ldflags "$(kube_ldflags "$version")" -o "$tmp/" "${pkgs[@]}") >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    rm -rf "$tmp"
+    die "building ${CLUSTER_CMDS[*]} $version failed (log: $log)"
+  fi
+  for c in "${CLUSTER_CMDS[@]}"; do
+    has_version "$tmp/$c" "$version" || { rm -rf "$tmp"; die "the $c just built does not report $version"; }
+    mv -f "$tmp/$c" "$dir/$c"
+  done
+  rmdir "$tmp"
+  echo "build-kubelet.sh: built ${CLUSTER_CMDS[*]} ($version) into $dir in $((SECONDS - start)) s"
+}
+
+# fetch_etcd: _output/etcd/etcd, Debian's etcd-server (3.4.23 on bookworm,
+# which kube-apiserver 1.36 runs on) unpacked, not installed: installing the
+# package would start a host etcd on 127.0.0.1:2379 through its init script.
+fetch_etcd() {
+  local dir="$OUT/etcd" tmp deb
+  if [[ -x "$dir/etcd" ]] && "$dir/etcd" --version 2>/dev/null | grep -q '^etcd Version: 3\.'; then
+    return 0
+  fi
+  command -v apt-get >/dev/null || die "no apt-get to fetch Debian's etcd-server with; put an etcd 3.4+ at $dir/etcd"
+  tmp=$(mktemp -d)
+  # The package index may be missing on a fresh machine: update once then.
+  if ! (cd "$tmp" && apt-get download etcd-server >"$tmp/log" 2>&1); then
+    apt-get update >"$tmp/log" 2>&1 && (cd "$tmp" && apt-get download etcd-server >>"$tmp/log" 2>&1) ||
+      { cat "$tmp/log" >&2; rm -rf "$tmp"; die "apt-get download etcd-server failed"; }
+  fi
+  deb=$(ls "$tmp"/etcd-server_*.deb)
+  dpkg-deb -x "$deb" "$tmp/x" || { rm -rf "$tmp"; die "cannot unpack $deb"; }
+  mkdir -p "$dir"
+  install -m 0755 "$tmp/x/usr/bin/etcd" "$dir/etcd.tmp"
+  mv -f "$dir/etcd.tmp" "$dir/etcd"
+  rm -rf "$tmp"
+  echo "build-kubelet.sh: unpacked $("$dir/etcd" --version | head -n 1) from $(basename "$deb") into $dir"
+}
+
+# build_e2e_node [MINOR]: compiles _output/k8s-MINOR/e2e_node.test unless the
+# one there was built for the wanted version.
+build_e2e_node() {
+  local minor=${1:-$DEFAULT_CLUSTER_MINOR} version dir bin src log
+  check_minor "$minor"
+  version=$(wanted_version "$minor")
+  dir="$OUT/k8s-$minor"
+  bin="$dir/e2e_node.test"
+  log="$OUT/build-e2e-node-$minor.log"
+  if [[ -x "$bin" && "$(cat "$bin.version" 2>/dev/null)" == "$version" ]]; then
+    return 0
+  fi
+  lock_src "$minor"
+  local start=$SECONDS
+  echo "build-kubelet.sh: compiling kubernetes' node e2e suite $version into $bin (log: $log)"
+  src=$(prepare_src "$minor" "$version")
+  mkdir -p "$dir"
+  rm -f "$bin.version"
+  # The suite's own test dependencies are not in tools.go's import graph:
+  # -mod=mod (GOFLAGS above) adds their go.sum lines.
+  if ! (cd "$src" &&
+    "$GO" mod tidy &&
+    "$GO" test -c -trimpath -ldflags "$(kube_ldflags "$version")" -o "$bin.tmp" "$KUBE_MODULE/test/e2e_node") >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    rm -f "$bin.tmp"
+    die "compiling the node e2e suite $version failed (log: $log)"
+  fi
+  mv -f "$bin.tmp" "$bin"
+  echo "$version" >"$bin.version"
   echo "build-kubelet.sh: built $bin ($version) in $((SECONDS - start)) s"
 }
 
@@ -200,6 +345,8 @@ cmd=${1:-build}
 case "$cmd" in
   build) build "$@" ;;
   update-gomod) update_gomod "$@" ;;
+  cluster) build_cluster "$@" ;;
+  e2e-node) build_e2e_node "$@" ;;
   versions) versions ;;
-  *) echo "usage: $0 [build [MINOR...]] | update-gomod MINOR [VERSION] | versions" >&2; exit 2 ;;
+  *) echo "usage: $0 [build [MINOR...]] | cluster [MINOR] | e2e-node [MINOR] | update-gomod MINOR [VERSION] | versions" >&2; exit 2 ;;
 esac
