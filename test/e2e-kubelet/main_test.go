@@ -199,6 +199,7 @@ func (w *world) setUp(ctx context.Context) error {
 	if err := errors.Join(
 		g.RecordTempDir(w.tmp),
 		g.WatchLink(bridgeName),
+		g.WatchCNIRules(networkName, subnetCIDR),
 		g.RemoveAtRestore(podLogs(namespaceName)),
 		g.RemoveAtRestore(filepath.Join(harness.KubeletContainerLogsDir, "*_"+namespaceName+"_*.log")),
 	); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,7 @@ const (
 	stateDir    = "dir"    // dir DIR: remove DIR if empty (it did not exist before)
 	stateGlob   = "glob"   // glob PATTERN: remove what matches (recursively)
 	stateLink   = "link"   // link NAME: delete the network link NAME
+	stateCNI    = "cni"    // cni NETWORK SUBNET: delete the portmap and firewall rules of NETWORK's pods
 )
 
 // stateEntry is one line of a state file.
@@ -52,7 +54,7 @@ func (e stateEntry) String() string { return strings.Join(append([]string{e.kind
 // stateArity is how many arguments each kind takes: min, max.
 var stateArity = map[string][2]int{
 	stateTmp: {1, 1}, stateMount: {1, 1}, statePid: {2, 3}, stateSysctl: {2, 2},
-	stateCgroup: {1, 1}, stateDir: {1, 1}, stateGlob: {1, 1}, stateLink: {1, 1},
+	stateCgroup: {1, 1}, stateDir: {1, 1}, stateGlob: {1, 1}, stateLink: {1, 1}, stateCNI: {2, 2},
 }
 
 // parseState reads a state file's entries. A malformed line is an error
@@ -326,6 +328,17 @@ func (g *HostGuard) WatchLink(name string) error {
 	return g.record(stateEntry{stateLink, []string{name}})
 }
 
+// WatchCNIRules has Restore delete the iptables rules the CNI portmap and
+// firewall plugins made for pods of the network (its name) in subnet and
+// that no CNI DEL removed: a run killed before its pods were torn down
+// leaves them, and a leftover DNAT for a host port breaks the next run's.
+func (g *HostGuard) WatchCNIRules(network, subnet string) error {
+	if _, _, err := net.ParseCIDR(subnet); err != nil {
+		return fmt.Errorf("host guard: CNI subnet: %w", err)
+	}
+	return g.record(stateEntry{stateCNI, []string{network, subnet}})
+}
+
 func (g *HostGuard) sysctlPath(name string) string {
 	return filepath.Join(g.sysctlRoot, strings.ReplaceAll(name, ".", "/"))
 }
@@ -430,6 +443,11 @@ func (g *HostGuard) Restore() error {
 		}
 		if out, err := RunCmd("ip", "link", "del", e.args[0]); err != nil {
 			errs = append(errs, fmt.Errorf("deleting link %s: %w: %s", e.args[0], err, strings.TrimSpace(out)))
+		}
+	}
+	for _, e := range by[stateCNI] {
+		if err := removeCNIRules(e.args[0], e.args[1]); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
