@@ -61,9 +61,12 @@ func TestFakeKubeletProcess(t *testing.T) {
 	if mode == "unhealthy" {
 		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", 500) }))
 	}
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
-	go func() { <-term; os.Exit(0) }()
+	// signal.Notify would undo the Ignore above: only the other modes exit on SIGTERM.
+	if mode != "ignore-term" {
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() { <-term; os.Exit(0) }()
+	}
 	_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }))
 }
 
