@@ -103,21 +103,40 @@ func StartPrivateDockerd(t testing.TB, opts ...DockerdOption) *Dockerd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Dockerd{Dir: dir, Sock: filepath.Join(dir, "docker.sock")}
-	for _, o := range opts {
-		o(d)
-	}
+	d := NewDockerd(dir, opts...)
 	t.Cleanup(func() { d.remove(t) })
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for _, ref := range d.images {
-		if err := d.load(ref); err != nil {
-			t.Fatal(err)
-		}
+	if err := d.LoadImages(); err != nil {
+		t.Fatal(err)
 	}
 	return d
 }
+
+// NewDockerd makes, without starting it, a private engine whose socket,
+// data, exec root and log are in dir (Remove deletes dir). It is the form
+// for callers that are not tests; start it with Start, then LoadImages.
+func NewDockerd(dir string, opts ...DockerdOption) *Dockerd {
+	d := &Dockerd{Dir: dir, Sock: filepath.Join(dir, "docker.sock")}
+	for _, o := range opts {
+		o(d)
+	}
+	return d
+}
+
+// LoadImages loads the WithImages images from the host's engine.
+func (d *Dockerd) LoadImages() error {
+	for _, ref := range d.images {
+		if err := d.load(ref); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LogPath is dockerd's log, in Dir.
+func (d *Dockerd) LogPath() string { return d.logPath() }
 
 // Endpoint is the engine's address for --docker-endpoint and docker -H.
 func (d *Dockerd) Endpoint() string { return "unix://" + d.Sock }
@@ -238,28 +257,39 @@ func (d *Dockerd) MustDocker(t testing.TB, args ...string) string {
 // LogTail returns the last lines of dockerd's log.
 func (d *Dockerd) LogTail(n int) string { return tail(d.logPath(), n) }
 
-// remove removes the containers first, so that nothing stays mounted,
-// stops the engine and deletes its directory.
+// remove is Remove for a test; what fails is logged.
 func (d *Dockerd) remove(t testing.TB) {
+	if err := d.Remove(); err != nil {
+		t.Logf("cleanup: %v", err)
+	}
+}
+
+// Remove removes the containers first, so that nothing stays mounted,
+// stops the engine (an error if it needed SIGKILL), kills the shims and
+// containers it left, and deletes its directory. It goes on after a
+// failure and reports them all.
+func (d *Dockerd) Remove() error {
+	var errs []error
 	if d.running() {
 		if out, err := d.Docker("ps", "-aq"); err == nil && strings.TrimSpace(out) != "" {
 			if out, err := d.Docker(append([]string{"rm", "-f"}, strings.Fields(out)...)...); err != nil {
-				t.Logf("cleanup: %v\n%s", err, out)
+				errs = append(errs, fmt.Errorf("removing the containers: %w\n%s", err, out))
 			}
 		}
 		if err := d.Stop(); err != nil {
-			t.Logf("cleanup: %v", err)
+			errs = append(errs, err)
 		}
 	}
 	if n := killStrays("/proc", d.Dir); n > 0 {
-		t.Logf("cleanup: killed %d container process(es) and shim(s) the private dockerd left running", n)
+		errs = append(errs, fmt.Errorf("killed %d container process(es) and shim(s) the private dockerd left running", n))
 	}
 	// dockerd unmounts what it mounted on a clean stop; anything left is
 	// unmounted lazily so the directory can go.
 	if out, err := RunCmd("sh", "-c", fmt.Sprintf("grep -o ' %s[^ ]*' /proc/self/mounts | sort -r | xargs -r umount -l", d.Dir)); err != nil {
-		t.Logf("cleanup: unmounting under %s: %v\n%s", d.Dir, err, out)
+		errs = append(errs, fmt.Errorf("unmounting under %s: %w\n%s", d.Dir, err, out))
 	}
 	if err := os.RemoveAll(d.Dir); err != nil {
-		t.Logf("cleanup: removing %s: %v", d.Dir, err)
+		errs = append(errs, fmt.Errorf("removing %s: %w", d.Dir, err))
 	}
+	return errors.Join(errs...)
 }
