@@ -48,7 +48,8 @@ type env struct {
 	root       string // the checkout (hack/node-e2e-images.sh)
 	out        string // report dir
 	subset     string // full or quick
-	focus      string // NODE_CONFORMANCE_FOCUS: narrows the run further (iterating)
+	focus      string // NODE_CONFORMANCE_FOCUS: narrows the run further (iterating, shards)
+	except     string // NODE_CONFORMANCE_EXCEPT: leaves specs out of the run (shards); not skips
 	timeout    time.Duration
 	ginkgo     string // GINKGO_BIN: the ginkgo CLI, for parallel processes
 	procs      int
@@ -70,6 +71,7 @@ func loadEnv(t *testing.T) env {
 		out:     os.Getenv("NODE_CONFORMANCE_OUT"),
 		subset:  getenv("NODE_CONFORMANCE_SUBSET", "full"),
 		focus:   os.Getenv("NODE_CONFORMANCE_FOCUS"),
+		except:  os.Getenv("NODE_CONFORMANCE_EXCEPT"),
 		timeout: 50 * time.Minute,
 		ginkgo:  os.Getenv("GINKGO_BIN"),
 		procs:   1,
@@ -98,6 +100,11 @@ func loadEnv(t *testing.T) env {
 	}
 	if _, err := os.Stat(filepath.Join(e.binDir, "kubelet")); err != nil {
 		t.Fatalf("K8S_BIN_DIR=%s holds no kubelet: %v", e.binDir, err)
+	}
+	for k, v := range map[string]string{"NODE_CONFORMANCE_FOCUS": e.focus, "NODE_CONFORMANCE_EXCEPT": e.except} {
+		if _, err := regexp.Compile(v); err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
 	}
 	if e.subset != "full" && e.subset != "quick" {
 		t.Fatalf("NODE_CONFORMANCE_SUBSET=%q: want full or quick", e.subset)
@@ -343,6 +350,9 @@ func TestNodeConformance(t *testing.T) {
 	for _, s := range skips {
 		ginkgoArgs = append(ginkgoArgs, "skip="+s.Pattern)
 	}
+	if e.except != "" {
+		ginkgoArgs = append(ginkgoArgs, "skip="+e.except)
+	}
 	bin, args := e.suite, suiteArgs
 	if e.procs > 1 {
 		// The ginkgo CLI runs the suite binary in e.procs processes; the
@@ -391,6 +401,17 @@ func TestNodeConformance(t *testing.T) {
 	if e.subset == "quick" || e.focus != "" {
 		focusRE = regexp.MustCompile(strings.Join(focus, "|"))
 	}
+	if e.except != "" {
+		// Specs left out of this run are not counted at all.
+		exceptRE := regexp.MustCompile(e.except)
+		kept := specs[:0]
+		for _, sp := range specs {
+			if sp.NodeType != "It" || !exceptRE.MatchString(sp.Name) {
+				kept = append(kept, sp)
+			}
+		}
+		specs = kept
+	}
 	tally, err := Classify(specs, focusRE, skips)
 	if err != nil {
 		t.Fatal(err)
@@ -402,7 +423,7 @@ func TestNodeConformance(t *testing.T) {
 	for _, s := range tally.SuiteFailures {
 		lines = append(lines, fmt.Sprintf("FAIL suite node %s: %s", s.Name, firstLine(s.Message)))
 	}
-	if e.focus == "" {
+	if e.focus == "" && e.except == "" {
 		for _, s := range tally.UnusedSkips {
 			lines = append(lines, fmt.Sprintf("NOTE skip list entry %q matched no spec of this run", s.Pattern))
 		}
