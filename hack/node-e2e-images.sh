@@ -23,7 +23,10 @@
 #   blocked            print the images that cannot be made here (BLOCKED below).
 #
 # What each image must do, and where it comes from upstream:
-#   busybox:1.37.0-1   a busybox shell: critest's busybox (hard-linked applets).
+#   busybox:1.37.0-1   a busybox shell: critest's busybox (hard-linked applets),
+#                      plus nmeter (hack/node-e2e-images/nmeter.c: Debian builds
+#                      busybox without that applet; the suite times its
+#                      containers with `nmeter -d0 '%3t'`).
 #   agnhost:2.63.0, agnhost:2.55  /agnhost (ENTRYPOINT, CMD pause), /agnhost-2
 #                      link, /uploads, user 1000 user-defined-in-image in group
 #                      50000 group-defined-in-image, curl (lifecycle hooks run
@@ -53,7 +56,7 @@ PATH_ENV=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # The images: upstream name|recipe. Recipes: tag:<local image> (a second name
 # of an image built elsewhere) or build:<key> (recipe_<key> below).
 IMAGES=(
-  "$R/busybox:1.37.0-1|tag:$CRITEST_BUSYBOX"
+  "$R/busybox:1.37.0-1|build:busybox"
   "$R/agnhost:2.63.0|build:agnhost"
   "$R/agnhost:2.55|tag:$R/agnhost:2.63.0"
   "$R/nginx:1.15-4|tag:$CRITEST_NGINX"
@@ -134,7 +137,23 @@ build_go() {
   mv -f "$bin.tmp" "$bin"
 }
 
+# compile NAME: builds hack/node-e2e-images/NAME.c statically into $OUT/bin/NAME.
+compile() {
+  local src="$ROOT/hack/node-e2e-images/$1.c" bin="$OUT/bin/$1"
+  command -v gcc >/dev/null || die "gcc not found (run hack/install-deps.sh)"
+  mkdir -p "$OUT/bin"
+  if [[ ! -x "$bin" || "$src" -nt "$bin" ]]; then
+    gcc -static -Os -s -Wall -Wextra -Werror -o "$bin.tmp" "$src" || die "building $src failed"
+    mv -f "$bin.tmp" "$bin"
+  fi
+}
+
 # Each recipe_KEY CTX writes a build context and its Dockerfile into CTX.
+recipe_busybox() {
+  cp "$OUT/bin/nmeter" "$1/nmeter"
+  printf 'FROM %s\nCOPY nmeter /bin/nmeter\n' "$CRITEST_BUSYBOX" >"$1/Dockerfile"
+}
+
 recipe_agnhost() {
   local ctx=$1
   cp "$OUT/bin/agnhost" "$ctx/agnhost"
@@ -186,6 +205,7 @@ build() {
   "$ROOT/hack/critest-images.sh" build
   build_go k8s.io/kubernetes/test/images/agnhost agnhost
   build_go github.com/onsi/ginkgo/v2/ginkgo ginkgo
+  compile nmeter
   local entry name recipe ctx
   for entry in "${IMAGES[@]}"; do
     IFS='|' read -r name recipe <<<"$entry"
