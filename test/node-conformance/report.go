@@ -136,8 +136,8 @@ var failedStates = map[string]bool{
 // Classify counts the specs of the run: those whose name carries
 // ConformanceTag and that focus matches (nil: all of them). A spec the
 // skip list matches is skipped for the list's reason, whatever ginkgo
-// says; one ginkgo skipped otherwise (the spec skipped itself) keeps its
-// own message as the reason.
+// says; one that skipped itself keeps its own message as the reason; one
+// that never ran (the suite stopped early) is a failure.
 func Classify(specs []Spec, focus *regexp.Regexp, skips []Skip) (Tally, error) {
 	res := make([]*regexp.Regexp, len(skips))
 	for i, s := range skips {
@@ -174,11 +174,13 @@ func Classify(specs []Spec, focus *regexp.Regexp, skips []Skip) (Tally, error) {
 			r.Outcome = Passed
 		case failedStates[sp.State]:
 			r.Outcome = Failed
-		default: // skipped by the spec itself, or pending
+		case sp.Message != "": // the spec skipped itself, and said why
 			r.Outcome, r.Reason = Skipped, firstLine(sp.Message)
-			if r.Reason == "" {
-				r.Reason = "not run (ginkgo state " + sp.State + ")"
-			}
+		default:
+			// Focused, not in the skip list, and never started: the suite
+			// stopped before it (timeout, interrupt, a failed BeforeSuite).
+			// That is no skip: it counts against the run.
+			r.Outcome, r.Message = Failed, "not run: the suite stopped before this spec (ginkgo state "+sp.State+")"
 		}
 		t.Results = append(t.Results, r)
 	}

@@ -109,7 +109,8 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// A failed BeforeSuite fails the run although no spec failed.
+// A failed BeforeSuite fails the run although no spec failed, and the
+// specs it kept from running are failures, not skips.
 func TestClassifySuiteFailure(t *testing.T) {
 	specs := []Spec{
 		{Name: "SynchronizedBeforeSuite", NodeType: "SynchronizedBeforeSuite", State: "failed", Message: "system validation"},
@@ -119,10 +120,10 @@ func TestClassifySuiteFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, f, _ := tally.Counts(); f != 1 {
-		t.Errorf("failures = %d, want 1", f)
+	if _, f, _ := tally.Counts(); f != 2 {
+		t.Errorf("failures = %d, want 2 (the suite node and the spec it kept from running)", f)
 	}
-	if got := tally.SummaryLine(); got != "node-conformance: 0 passed, 1 failed, 1 skipped" {
+	if got := tally.SummaryLine(); got != "node-conformance: 0 passed, 2 failed, 0 skipped" {
 		t.Errorf("summary = %q", got)
 	}
 }
