@@ -30,7 +30,9 @@
 #   agnhost:2.63.0, agnhost:2.55  /agnhost (ENTRYPOINT, CMD pause), /agnhost-2
 #                      link, /uploads, user 1000 user-defined-in-image in group
 #                      50000 group-defined-in-image, curl (lifecycle hooks run
-#                      `curl` in it) and a busybox userland (upstream: alpine).
+#                      `curl` in it), OpenBSD nc (Debian's netcat-openbsd: the
+#                      networking specs send UDP with `nc -u`) and a busybox
+#                      userland (upstream: alpine).
 #                      Both tags are one build: the suite uses 2.55 only as a
 #                      second, different tag.
 #   nginx:1.15-4, nginx:1.27-0  a web server on :80: critest's nginx.
@@ -115,6 +117,22 @@ host_bin() {
   copy_libs "$ctx" "$p"
 }
 
+# fetch_deb PKG: extracts Debian's PKG into $OUT/deb/PKG (the .deb is
+# downloaded once, with apt-get download, and kept in $OUT/deb).
+fetch_deb() {
+  local pkg=$1 dir="$OUT/deb"
+  mkdir -p "$dir"
+  if ! compgen -G "$dir/${pkg}_*.deb" >/dev/null; then
+    if ! (cd "$dir" && apt-get download "$pkg") >"$dir/apt.log" 2>&1; then
+      { apt-get update && (cd "$dir" && apt-get download "$pkg"); } >>"$dir/apt.log" 2>&1 ||
+        { tail -n 20 "$dir/apt.log" >&2; die "apt-get download $pkg failed"; }
+    fi
+  fi
+  local debs=("$dir/${pkg}"_*.deb)
+  rm -rf "${dir:?}/$pkg"
+  dpkg-deb -x "${debs[0]}" "$dir/$pkg" || die "dpkg-deb -x ${debs[0]} failed"
+}
+
 # build_go PKG NAME: compiles PKG into $OUT/bin/NAME with the
 # k8s.io/kubernetes release the v1.36 kubelet wrapper module requires (in a
 # copy of it, so the checkout's go.mod is never touched): agnhost
@@ -158,6 +176,11 @@ recipe_agnhost() {
   local ctx=$1
   cp "$OUT/bin/agnhost" "$ctx/agnhost"
   host_bin "$ctx" curl
+  # The networking specs run `nc -w 1 -u`: busybox's nc has no -u.
+  fetch_deb netcat-openbsd
+  mkdir -p "$ctx/usr/bin"
+  cp "$OUT/deb/netcat-openbsd/bin/nc.openbsd" "$ctx/usr/bin/nc"
+  copy_libs "$ctx" "$OUT/deb/netcat-openbsd/bin/nc.openbsd"
   mkdir -p "$ctx/etc/ssl/certs"
   cat >"$ctx/Dockerfile" <<EOF
 FROM $CRITEST_BUSYBOX

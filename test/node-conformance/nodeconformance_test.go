@@ -353,6 +353,11 @@ func TestNodeConformance(t *testing.T) {
 	if e.except != "" {
 		ginkgoArgs = append(ginkgoArgs, "skip="+e.except)
 	}
+	if e.subset == "quick" || e.focus != "" {
+		// ginkgo ORs focus regexps: the label keeps a narrowed run to the
+		// conformance set (the framework labels each spec it tags).
+		ginkgoArgs = append(ginkgoArgs, "label-filter=NodeConformance")
+	}
 	bin, args := e.suite, suiteArgs
 	if e.procs > 1 {
 		// The ginkgo CLI runs the suite binary in e.procs processes; the

@@ -20,6 +20,7 @@ var SkipList = []Skip{
 	// Root without CAP_SYS_RESOURCE.
 	{`\[sig-node\] PrivilegedPod \[NodeConformance\] should enable privileged commands`, "runs a privileged container: Docker 20.10 (runc 1.1.5) cannot start one here, root lacking CAP_SYS_RESOURCE (docs/this-machine facts)"},
 	{`Mount recursive read-only .* should accept (non-)?recursive read-only mounts`, "its pod mounts a tmpfs from a privileged init container with Bidirectional propagation: no privileged container starts under Docker 20.10 here (no CAP_SYS_RESOURCE)"},
+	{`\[sig-storage\] HostPath should support (r/w|subPath) \[NodeConformance\]`, "its containers are privileged (to write the host directory): no privileged container, nor the sandbox of a pod that has one, starts under Docker 20.10 here (no CAP_SYS_RESOURCE)"},
 
 	// kubelet is not a systemd unit here.
 	{`when kubelet restarts`, reasonNoSystemd},
