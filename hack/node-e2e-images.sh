@@ -242,7 +242,7 @@ build() {
         rm -rf "$ctx"
         mkdir -p "$ctx"
         "recipe_${recipe#build:}" "$ctx"
-        DOCKER_BUILDKIT=0 docker build -q -t "$name" "$ctx" >"$OUT/build-${recipe#build:}.log" 2>&1 ||
+        DOCKER_BUILDKIT=0 docker build -q --network none -t "$name" "$ctx" >"$OUT/build-${recipe#build:}.log" 2>&1 ||
           { tail -n 20 "$OUT/build-${recipe#build:}.log" >&2; die "docker build of $name failed"; }
         rm -rf "$ctx"
         ;;
