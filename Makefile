@@ -181,11 +181,11 @@ node-conformance node-conformance-quick:
 node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
-## test: lint, unit, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29) and e2e-kubelet (all run; fails if any failed)
+## test: lint, unit, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29), e2e-kubelet and node-conformance-quick (all run; fails if any failed)
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet; do \
+	for t in lint unit fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet node-conformance-quick; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \
