@@ -39,6 +39,7 @@
 #   nonewprivs:1.4     setuid-root /usr/local/bin/nnp printing its effective uid.
 #   nonroot:1.5        busybox with USER 1234.
 #   ipc-utils:1.4      busybox with ipcs and ipcmk (util-linux, from the host).
+#   glibc-dns-testing:2.0.0  busybox with Debian's hostname (glibc resolver).
 #   kitten:1.8, nautilus:1.8  agnhost with CMD test-webserver and a file of its own.
 #   pause:3.10.2       hack/images.sh's pause.
 # Needs root, the host's Docker engine, Go, gcc.
@@ -66,6 +67,7 @@ IMAGES=(
   "$R/nonewprivs:1.4|tag:$CRITEST_NONEWPRIVS"
   "$R/nonroot:1.5|build:nonroot"
   "$R/ipc-utils:1.4|build:ipc_utils"
+  "$R/glibc-dns-testing:2.0.0|build:glibc_dns_testing"
   "$R/kitten:1.8|build:kitten"
   "$R/nautilus:1.8|build:nautilus"
   "registry.k8s.io/pause:3.10.2|tag:$PAUSE_BASE"
@@ -83,7 +85,7 @@ BLOCKED=(
   "registry.k8s.io/etcd:3.6.8-0|an etcd server image"
   "gcr.io/cadvisor/cadvisor:v0.47.2|cAdvisor (resource usage specs)"
   "registry.k8s.io/node-problem-detector/node-problem-detector:v1.34.0|node-problem-detector"
-  "$R/glibc-dns-testing:2.0.0 $R/volume/nfs:1.6.0|glibc resolver test image, NFS server"
+  "$R/volume/nfs:1.6.0|an NFS server"
 )
 
 die() { echo "node-e2e-images.sh: $*" >&2; exit 1; }
@@ -143,11 +145,11 @@ build_go() {
   local pkg=$1 name=$2 src="$OUT/src" bin="$OUT/bin/$2"
   local wrapper="$ROOT/hack/kubelet/$KUBE_MINOR/go.mod"
   [[ -f "$wrapper" ]] || die "no $wrapper (hack/build-kubelet.sh's wrapper module)"
+  mkdir -p "$src" "$OUT/bin"
+  cmp -s "$wrapper" "$src/go.mod" || cp "$wrapper" "$src/go.mod"
   if [[ -x "$bin" && "$bin" -nt "$wrapper" ]]; then
     return
   fi
-  mkdir -p "$src" "$OUT/bin"
-  cp "$wrapper" "$src/go.mod"
   log "building $name ($pkg, with $(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$src/go.mod")) into $bin"
   (cd "$src" && GOSUMDB=off GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
     "$GO" build -trimpath -o "$bin.tmp" "$pkg") >"$OUT/$name-build.log" 2>&1 ||
@@ -175,6 +177,12 @@ recipe_busybox() {
 recipe_agnhost() {
   local ctx=$1
   cp "$OUT/bin/agnhost" "$ctx/agnhost"
+  # The porter/netexec TLS pair upstream's image carries at / (the https
+  # lifecycle hook specs serve with it).
+  local porter
+  porter=$(cd "$OUT/src" && GOFLAGS=-mod=mod GOSUMDB=off GOTOOLCHAIN=local "$GO" list -f '{{.Dir}}' k8s.io/kubernetes/test/images/agnhost/porter) ||
+    die "cannot find the agnhost porter sources"
+  cp "$porter/localhost.crt" "$porter/localhost.key" "$ctx/"
   host_bin "$ctx" curl
   # The networking specs run `nc -w 1 -u`: busybox's nc has no -u.
   fetch_deb netcat-openbsd
@@ -187,6 +195,7 @@ FROM $CRITEST_BUSYBOX
 COPY usr/ /usr/
 COPY lib/ /lib/
 COPY agnhost /agnhost
+COPY localhost.crt localhost.key /
 RUN ln -s agnhost /agnhost-2 && mkdir -p /uploads && \\
     echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >>/etc/passwd && \\
     echo 'user-defined-in-image:x:1000:' >>/etc/group && \\
@@ -199,6 +208,15 @@ CMD ["pause"]
 EOF
   # curl's libraries may live under /usr/lib and /lib alike; keep both.
   mkdir -p "$ctx/lib" "$ctx/usr"
+}
+
+# glibc-dns-testing: the hostname specs run `hostname; hostname -f`, which
+# must resolve through glibc: Debian's hostname (glibc) on the busybox base.
+recipe_glibc_dns_testing() {
+  local ctx=$1
+  host_bin "$ctx" hostname
+  mkdir -p "$ctx/lib"
+  printf 'FROM %s\nCOPY usr/ /usr/\nCOPY lib/ /lib/\n' "$CRITEST_BUSYBOX" >"$ctx/Dockerfile"
 }
 
 recipe_nonroot() {
