@@ -16,7 +16,7 @@ var SkipList = []Skip{
 	// cgroup v1 only.
 	{`\[Feature:NodeSwap\]`, reasonNoSwap},
 	{`\[FeatureGate:KubeletPSI\]`, reasonCgroupV2 + " (PSI metrics)"},
-	{`Summary API \[NodeConformance\] when querying /stats/summary should report resource usage through the stats api`, reasonCgroupV2 + ": it wants PSI for every container (KubletPSI is on by default in v1.36); it also wants kubelet's system containers (kubelet, runtime, misc), which this run does not configure because --system-cgroups would move every process of the host's root cgroup"},
+	{`Summary API \[NodeConformance\] when querying /stats/summary should report resource usage through the stats api`, reasonCgroupV2 + ": it wants PSI for every container (KubeletPSI is on by default in v1.36); it also wants kubelet's system containers (kubelet, runtime, misc), which this run does not configure because --system-cgroups would move every process of the host's root cgroup"},
 
 	// Root without CAP_SYS_RESOURCE.
 	{`\[sig-node\] PrivilegedPod \[NodeConformance\] should enable privileged commands`, "runs a privileged container: Docker 20.10 (runc 1.1.5) cannot start one here, root lacking CAP_SYS_RESOURCE"},
