@@ -30,7 +30,7 @@
 #   agnhost:2.63.0, agnhost:2.55  /agnhost (ENTRYPOINT, CMD pause), /agnhost-2
 #                      link, /uploads, user 1000 user-defined-in-image in group
 #                      50000 group-defined-in-image, curl (lifecycle hooks run
-#                      `curl` in it), OpenBSD nc (Debian's netcat-openbsd: the
+#                      `curl` in it), bash (probe scripts), OpenBSD nc (Debian's netcat-openbsd: the
 #                      networking specs send UDP with `nc -u`) and a busybox
 #                      userland (upstream: alpine).
 #                      Both tags are one build: the suite uses 2.55 only as a
@@ -184,6 +184,8 @@ recipe_agnhost() {
     die "cannot find the agnhost porter sources"
   cp "$porter/localhost.crt" "$porter/localhost.key" "$ctx/"
   host_bin "$ctx" curl
+  # Probe specs run their scripts with /bin/bash, as upstream installs it.
+  host_bin "$ctx" bash
   # The networking specs run `nc -w 1 -u`: busybox's nc has no -u.
   fetch_deb netcat-openbsd
   mkdir -p "$ctx/usr/bin"
@@ -196,7 +198,7 @@ COPY usr/ /usr/
 COPY lib/ /lib/
 COPY agnhost /agnhost
 COPY localhost.crt localhost.key /
-RUN ln -s agnhost /agnhost-2 && mkdir -p /uploads && \\
+RUN ln -sf /usr/bin/bash /bin/bash && ln -s agnhost /agnhost-2 && mkdir -p /uploads && \\
     echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >>/etc/passwd && \\
     echo 'user-defined-in-image:x:1000:' >>/etc/group && \\
     echo 'group-defined-in-image:x:50000:user-defined-in-image' >>/etc/group && \\
