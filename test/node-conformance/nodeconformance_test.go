@@ -43,16 +43,16 @@ var kubeletPorts = []int{10250, 10255, 10248}
 
 // env is what the Makefile passes.
 type env struct {
-	suite      string // e2e_node.test
-	binDir     string // --k8s-bin-dir: holds kubelet
-	root       string // the checkout (hack/node-e2e-images.sh)
-	out        string // report dir
-	subset     string // full or quick
-	focus      string // NODE_CONFORMANCE_FOCUS: narrows the run further (iterating, shards)
-	except     string // NODE_CONFORMANCE_EXCEPT: leaves specs out of the run (shards); not skips
-	timeout    time.Duration
-	ginkgo     string // GINKGO_BIN: the ginkgo CLI, for parallel processes
-	procs      int
+	suite   string // e2e_node.test
+	binDir  string // --k8s-bin-dir: holds kubelet
+	root    string // the checkout (hack/node-e2e-images.sh)
+	out     string // report dir
+	subset  string // full or quick
+	focus   string // NODE_CONFORMANCE_FOCUS: narrows the run further (iterating, shards)
+	except  string // NODE_CONFORMANCE_EXCEPT: leaves specs out of the run (shards); not skips
+	timeout time.Duration
+	ginkgo  string // GINKGO_BIN: the ginkgo CLI, for parallel processes
+	procs   int
 }
 
 func getenv(k, def string) string {
