@@ -159,9 +159,11 @@ e2e-kubelet:
 # Prints one line per spec and `node-conformance: N passed, N failed, N skipped`; artifacts in
 # _output/node-conformance/. node-conformance-quick runs the reviewed CI subset (QuickFocus there).
 # K8S_BIN_DIR holds e2e_node.test and kubelet of the same release; NODE_CONFORMANCE_PROCS ginkgo
-# processes (the [Serial] specs run alone at the end); NODE_CONFORMANCE_FOCUS=REGEXP narrows a run. (root)
+# processes (the [Serial] specs run alone at the end); NODE_CONFORMANCE_FOCUS=REGEXP narrows a run;
+# NODE_CONFORMANCE_TIMEOUT bounds the suite (ginkgo --timeout). (root)
 K8S_BIN_DIR ?= $(OUT)/k8s-v1.36
-NODE_CONFORMANCE_PROCS ?= 3
+NODE_CONFORMANCE_PROCS ?= 5
+NODE_CONFORMANCE_TIMEOUT ?= 100m
 node-conformance node-conformance-quick:
 	@if [[ $$(id -u) -ne 0 ]]; then echo "$@: must run as root" >&2; exit 1; fi
 	@for b in e2e_node.test kubelet; do if [[ ! -x "$(K8S_BIN_DIR)/$$b" ]]; then \
@@ -174,8 +176,9 @@ node-conformance node-conformance-quick:
 	NODE_E2E_BIN=$(K8S_BIN_DIR)/e2e_node.test K8S_BIN_DIR=$(K8S_BIN_DIR) \
 	GINKGO_BIN=$(OUT)/node-e2e-images/bin/ginkgo NODE_CONFORMANCE_PROCS=$(NODE_CONFORMANCE_PROCS) \
 	NODE_CONFORMANCE_SUBSET=$(if $(filter node-conformance-quick,$@),quick,full) \
+	NODE_CONFORMANCE_FOCUS='$(NODE_CONFORMANCE_FOCUS)' NODE_CONFORMANCE_TIMEOUT=$(NODE_CONFORMANCE_TIMEOUT) \
 	NODE_CONFORMANCE_OUT=$(OUT)/node-conformance$(if $(filter node-conformance-quick,$@),-quick,) \
-		$(GO) test -count=1 -tags nodeconformance -v -timeout 75m ./test/node-conformance/
+		$(GO) test -count=1 -tags nodeconformance -v -timeout 120m ./test/node-conformance/
 
 ## node-e2e-images: build the images of make node-conformance into the host's engine (root)
 node-e2e-images: dockerd-start
