@@ -26,7 +26,9 @@
 #   busybox:1.37.0-1   a busybox shell: critest's busybox (hard-linked applets),
 #                      plus nmeter (hack/node-e2e-images/nmeter.c: Debian builds
 #                      busybox without that applet; the suite times its
-#                      containers with `nmeter -d0 '%3t'`).
+#                      containers with `nmeter -d0 '%3t'`), and bash as /bin/sh
+#                      (Debian's ash drops env vars named like data-1; the
+#                      env-from-Secret specs print them with `sh -c env`).
 #   agnhost:2.63.0, agnhost:2.55  /agnhost (ENTRYPOINT, CMD pause), /agnhost-2
 #                      link, /uploads, user 1000 user-defined-in-image in group
 #                      50000 group-defined-in-image, curl (lifecycle hooks run
@@ -170,8 +172,15 @@ compile() {
 
 # Each recipe_KEY CTX writes a build context and its Dockerfile into CTX.
 recipe_busybox() {
-  cp "$OUT/bin/nmeter" "$1/nmeter"
-  printf 'FROM %s\nCOPY nmeter /bin/nmeter\n' "$CRITEST_BUSYBOX" >"$1/Dockerfile"
+  local ctx=$1
+  cp "$OUT/bin/nmeter" "$ctx/nmeter"
+  host_bin "$ctx" bash
+  mkdir -p "$ctx/lib"
+  # /bin/sh is bash: Debian's busybox ash (1.35) drops environment
+  # variables whose names are not shell identifiers (data-1 from a Secret)
+  # before running a command, upstream's busybox 1.37 passes them on, and
+  # the env-from-Secret/ConfigMap specs run `sh -c env`.
+  printf 'FROM %s\nCOPY nmeter /bin/nmeter\nCOPY usr/ /usr/\nCOPY lib/ /lib/\nRUN ln -sf /usr/bin/bash /bin/sh\n' "$CRITEST_BUSYBOX" >"$ctx/Dockerfile"
 }
 
 recipe_agnhost() {
