@@ -45,7 +45,8 @@ func TestContainerLabelsAndAnnotationsRoundTripExactly(t *testing.T) {
 	if st.Metadata.Name != "rt" || st.Metadata.Attempt != 2 {
 		t.Errorf("metadata = %v", st.Metadata)
 	}
-	if st.Image.Image != testImage || st.Image.UserSpecifiedImage != "busybox:1.36" || st.ImageRef != testImageDigest || st.ImageId != testImageID {
+	// The image the user wrote, not the one kubelet resolved (imageSpecOf).
+	if st.Image.Image != "busybox:1.36" || st.Image.UserSpecifiedImage != "busybox:1.36" || st.ImageRef != testImageDigest || st.ImageId != testImageID {
 		t.Errorf("image = %v, ref %q, id %q", st.Image, st.ImageRef, st.ImageId)
 	}
 	list, err := e.ds.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{})

@@ -89,12 +89,26 @@ func startFailed(r *store.Record) bool {
 	return r.State == store.StateCreated && (r.Error != "" || r.ExitCode != 0)
 }
 
-// imageSpecOf is the image as requested at create time.
+// imageSpecOf is the image as requested at create time. kubelet creates
+// containers with the resolved image ID in image and the pod spec's
+// reference in user_specified_image, and shows status.image as the pod's
+// containerStatuses[].image: that must be the reference the user wrote
+// (as containerd and CRI-O report it), not an ID, or a pod whose image was
+// updated never shows the new one.
 func imageSpecOf(rec *store.Record, info *containerInfo) *runtimeapi.ImageSpec {
-	if info.image.GetImage() != "" {
-		return info.image
+	img := info.image
+	if img.GetImage() == "" {
+		return &runtimeapi.ImageSpec{Image: rec.Image}
 	}
-	return &runtimeapi.ImageSpec{Image: rec.Image}
+	if u := img.GetUserSpecifiedImage(); u != "" && u != img.GetImage() {
+		return &runtimeapi.ImageSpec{
+			Image:              u,
+			Annotations:        img.GetAnnotations(),
+			UserSpecifiedImage: u,
+			RuntimeHandler:     img.GetRuntimeHandler(),
+		}
+	}
+	return img
 }
 
 // imageRefOf is the image as resolved at create time (digest or ID).

@@ -166,7 +166,10 @@ func validateNamePart(field, v string) error {
 
 // validateHostname applies RFC 1123: dot-separated labels of letters,
 // digits and '-', neither starting nor ending with '-', 63 characters in
-// all. Docker refuses other hostnames, and the kernel longer ones at start.
+// all (the kernel refuses longer ones at start). One trailing dot is
+// allowed: an absolute FQDN is what kubelet sends for setHostnameAsFQDN
+// when the cluster domain is empty ("pod.sub.ns.svc."), and Docker and
+// the kernel take it as it is.
 func validateHostname(h string) error {
 	if h == "" {
 		return nil
@@ -174,7 +177,7 @@ func validateHostname(h string) error {
 	if len(h) > maxHostnameLen {
 		return invalidArgf("hostname %s is %d characters long; at most %d are allowed", shortQuote(h), len(h), maxHostnameLen)
 	}
-	for _, label := range strings.Split(h, ".") {
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
 		if !isRFC1123Label(label) {
 			return invalidArgf("hostname %s is not a valid RFC 1123 hostname: each dot-separated part must be 1-63 letters, digits or '-', and not start or end with '-'", shortQuote(h))
 		}
