@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -168,55 +167,13 @@ func guardHost(t *testing.T, out string) {
 	check(g.WatchLink(bridge))
 }
 
-// startRegistry runs Debian's docker-registry on registryAddr with its
-// storage in dir, until the test ends.
+// startRegistry runs Debian's docker-registry on registryAddr (the
+// harness's Registry) with its storage in dir, until the test ends.
 func startRegistry(t *testing.T, dir string) {
 	t.Helper()
-	cfg := filepath.Join(dir, "registry.yml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-http:
-  addr: %s
-`, filepath.Join(dir, "data"), registryAddr)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(dir, "registry.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("docker-registry", "serve", cfg)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatalf("starting docker-registry (apt-get install docker-registry): %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	if !harness.Eventually(20*time.Second, func() bool {
-		resp, err := http.Get("http://" + registryAddr + "/v2/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}) {
-		t.Fatalf("docker-registry does not answer on %s", registryAddr)
+	r := harness.StartRegistry(t, harness.WithRegistryAddr(registryAddr), harness.WithRegistryDir(dir))
+	if r.Prefix() != registryName {
+		t.Fatalf("the registry names its images %s, the test images are pushed as %s", r.Prefix(), registryName)
 	}
 }
 
