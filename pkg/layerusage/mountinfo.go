@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/netshim/netshim/pkg/procutil"
 )
 
 // ErrNoOverlayRoot says a process's root is not an overlay filesystem
@@ -35,7 +36,7 @@ func RootUpperDir(mountinfo []byte) (string, error) {
 	for sc.Scan() {
 		// id parent major:minor root mountpoint opts [optional...] - fstype source superopts
 		f := strings.Fields(sc.Text())
-		if len(f) < 7 || unescapeOctal(f[4]) != "/" {
+		if len(f) < 7 || procutil.UnescapeMountinfo(f[4]) != "/" {
 			continue
 		}
 		sep := -1
@@ -65,30 +66,11 @@ func RootUpperDir(mountinfo []byte) (string, error) {
 		if !ok {
 			continue
 		}
-		dir := unescapeOctal(v)
+		dir := procutil.UnescapeMountinfo(v)
 		if !filepath.IsAbs(dir) {
 			return "", fmt.Errorf("upperdir %q is not absolute", dir)
 		}
 		return filepath.Clean(dir), nil
 	}
 	return "", ErrNoOverlayRoot
-}
-
-// unescapeOctal undoes the kernel's "\ooo" escapes in mountinfo fields.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

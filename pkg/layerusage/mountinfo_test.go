@@ -76,18 +76,3 @@ func TestRootUpperDir(t *testing.T) {
 		})
 	}
 }
-
-func TestUnescapeOctal(t *testing.T) {
-	for in, want := range map[string]string{
-		`plain`:         "plain",
-		`a\040b`:        "a b",
-		`\134\054`:      `\,`,
-		`trailing\04`:   `trailing\04`,
-		`not\9990octal`: `not\9990octal`,
-		`\`:             `\`,
-	} {
-		if got := unescapeOctal(in); got != want {
-			t.Errorf("unescapeOctal(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/netshim/netshim/pkg/procutil"
 )
 
 // KubeletSysctls are the sysctls kubelet tunes at start-up (its
@@ -553,7 +555,7 @@ func mountsUnder(mountinfo, dir string) ([]string, error) {
 		if len(f) < 5 {
 			continue
 		}
-		mp := unescapeMountPath(f[4])
+		mp := procutil.UnescapeMountinfo(f[4])
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
@@ -561,25 +563,6 @@ func mountsUnder(mountinfo, dir string) ([]string, error) {
 	slices.Reverse(out) // later mounts sit on top of earlier ones
 	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })
 	return out, nil
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // unmountUnder unmounts everything at or below dir, deepest first, lazily

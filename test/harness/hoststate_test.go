@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/netshim/netshim/pkg/procutil"
 )
 
 func TestParseState(t *testing.T) {
@@ -203,7 +205,7 @@ func TestMountsUnder(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
-	if u := unescapeMountPath(`/a\040b\134c\0`); u != `/a b\c\0` {
+	if u := procutil.UnescapeMountinfo(`/a\040b\134c\0`); u != `/a b\c\0` {
 		t.Errorf("unescape: %q", u)
 	}
 }
