@@ -51,9 +51,10 @@ type followSpec struct {
 	id   string
 	path string
 	tty  bool
-	// until, when set, makes the follower a drain: the container has
-	// exited, the follower copies what Docker holds up to that time and
-	// ends, and a missing file is not created (kubelet removed it).
+	// drain makes the follower a drain: the container has exited, the
+	// follower copies what Docker holds (up to until, when set) and ends,
+	// and a missing file is not created (kubelet removed it).
+	drain bool
 	until time.Time
 	// writeErr, when set, is called before each write and fails it with
 	// its error: tests inject a full disk with it.
@@ -83,7 +84,7 @@ func (f *Follower) start(ctx context.Context) error {
 	// Step 1: open the file. The lock makes a concurrent Reopen either come
 	// before (and then we open the fresh file) or act on our writer.
 	f.mu.Lock()
-	w, err := newWriter(f.spec.path, f.spec.until.IsZero())
+	w, err := newWriter(f.spec.path, !f.spec.drain)
 	if err == nil {
 		w.writeErr = f.spec.writeErr
 	}
@@ -105,11 +106,11 @@ func (f *Follower) start(ctx context.Context) error {
 	// inclusive, so the replay starts at the file's last instant and dedup
 	// drops what the file already holds. A drain does not follow: the
 	// container has exited, Docker sends what it holds and ends.
-	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: f.spec.until.IsZero(), Timestamps: true}
+	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: !f.spec.drain, Timestamps: true}
 	if !rp.last.IsZero() {
 		opts.Since = dockerSince(rp.last)
 	}
-	if !f.spec.until.IsZero() {
+	if f.spec.drain && !f.spec.until.IsZero() {
 		opts.Until = dockerSince(f.spec.until)
 	}
 	body, err := f.src.ContainerLogs(ctx, f.spec.id, opts)

@@ -31,11 +31,15 @@ type liveSource struct {
 	msgs    []dockerMsg
 	state   ContainerState
 	broken  map[int]bool // streams (by request number) the test ended
-	calls   []logsCall
+	// unfollowed are messages (by index in msgs) that a followed stream
+	// never sends, as dockerd 20.10's json-file follower can miss the
+	// last line its copier writes after the container stopped.
+	unfollowed map[int]bool
+	calls      []logsCall
 }
 
 func newLiveSource(t *testing.T) *liveSource {
-	return &liveSource{t: t, changed: make(chan struct{}), state: StateRunning, broken: map[int]bool{}}
+	return &liveSource{t: t, changed: make(chan struct{}), state: StateRunning, broken: map[int]bool{}, unfollowed: map[int]bool{}}
 }
 
 func (s *liveSource) change(f func()) {
@@ -47,6 +51,14 @@ func (s *liveSource) change(f func()) {
 }
 
 func (s *liveSource) add(m dockerMsg)            { s.change(func() { s.msgs = append(s.msgs, m) }) }
+
+// addUnfollowed adds a message only a read without follow returns.
+func (s *liveSource) addUnfollowed(m dockerMsg) {
+	s.change(func() {
+		s.unfollowed[len(s.msgs)] = true
+		s.msgs = append(s.msgs, m)
+	})
+}
 func (s *liveSource) setState(st ContainerState) { s.change(func() { s.state = st }) }
 
 // breakStream ends request n's stream (1-based) although the container runs.
@@ -75,8 +87,9 @@ func (s *liveSource) ContainerLogs(ctx context.Context, id string, opts containe
 		sent := 0
 		for {
 			s.mu.Lock()
-			msgs := s.msgs[sent:]
+			first, msgs := sent, s.msgs[sent:]
 			sent = len(s.msgs)
+			unfollowed := s.unfollowed
 			end := s.state != StateRunning || !opts.Follow
 			broken := s.broken[n]
 			changed := s.changed
@@ -85,8 +98,8 @@ func (s *liveSource) ContainerLogs(ctx context.Context, id string, opts containe
 				pw.Close()
 				return
 			}
-			for _, m := range msgs {
-				if m.ts.Before(since) {
+			for i, m := range msgs {
+				if m.ts.Before(since) || (opts.Follow && unfollowed[first+i]) {
 					continue
 				}
 				if _, err := pw.Write(m.frame()); err != nil {
@@ -313,6 +326,41 @@ func TestDrain(t *testing.T) {
 	}
 	if _, ok := m.Following("c2"); ok {
 		t.Error("c2 followed")
+	}
+}
+
+// TestFollowerDrainsAfterExit: the followed stream ended at the container's
+// exit without the last line, which Docker's copier wrote after it (no
+// newline: written when the copier read the end of the output). The
+// follower reads Docker's log once more, without following, and only then
+// is the copy done. Before, the line was lost now and then, and kubelet
+// read an empty termination message from the log (FallbackToLogsOnError).
+func TestFollowerDrainsAfterExit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	src := newLiveSource(t)
+	m, _ := newSupervised(t, src)
+	src.add(dockerMsg{frameStdout, at(1), "one\n"})
+	if err := m.Start(context.Background(), "c1", path, false); err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, path, entry(at(1), Stdout, "F", "one"))
+
+	src.add(dockerMsg{frameStdout, at(2), "two "})
+	src.addUnfollowed(dockerMsg{frameStdout, at(3), "DONE"})
+	src.setState(StateExited)
+	select {
+	case <-m.Done("c1"):
+	case <-time.After(10 * time.Second):
+		t.Fatal("follower did not end after the exit")
+	}
+	checkLines(t, path,
+		entry(at(1), Stdout, "F", "one"),
+		entry(at(2), Stdout, "P", "two "),
+		entry(at(3), Stdout, "P", "DONE"))
+	calls := src.callList()
+	if len(calls) != 2 || !calls[0].opts.Follow || calls[1].opts.Follow || calls[1].opts.Until != "" ||
+		calls[1].opts.Since != dockerSince(at(2)) {
+		t.Errorf("calls = %+v, want a followed one, then one without follow or until, since %s", calls, dockerSince(at(2)))
 	}
 }
 
