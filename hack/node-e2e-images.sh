@@ -26,9 +26,11 @@
 #   busybox:1.37.0-1   a busybox shell: critest's busybox (hard-linked applets),
 #                      plus nmeter (hack/node-e2e-images/nmeter.c: Debian builds
 #                      busybox without that applet; the suite times its
-#                      containers with `nmeter -d0 '%3t'`), and bash as /bin/sh
-#                      (Debian's ash drops env vars named like data-1; the
-#                      env-from-Secret specs print them with `sh -c env`).
+#                      containers with `nmeter -d0 '%3t'`), and as /bin/sh
+#                      hack/node-e2e-images/sh.c: busybox ash, or bash when an
+#                      env var is named like data-1 (Debian's ash 1.35 drops
+#                      those; the env-from-Secret specs print them with
+#                      `sh -c env`, the read-only rootfs spec wants ash's text).
 #   agnhost:2.63.0, agnhost:2.55  /agnhost (ENTRYPOINT, CMD pause), /agnhost-2
 #                      link, /uploads, user 1000 user-defined-in-image in group
 #                      50000 group-defined-in-image, curl (lifecycle hooks run
@@ -174,13 +176,12 @@ compile() {
 recipe_busybox() {
   local ctx=$1
   cp "$OUT/bin/nmeter" "$ctx/nmeter"
+  cp "$OUT/bin/sh" "$ctx/sh"
   host_bin "$ctx" bash
   mkdir -p "$ctx/lib"
-  # /bin/sh is bash: Debian's busybox ash (1.35) drops environment
-  # variables whose names are not shell identifiers (data-1 from a Secret)
-  # before running a command, upstream's busybox 1.37 passes them on, and
-  # the env-from-Secret/ConfigMap specs run `sh -c env`.
-  printf 'FROM %s\nCOPY nmeter /bin/nmeter\nCOPY usr/ /usr/\nCOPY lib/ /lib/\nRUN ln -sf /usr/bin/bash /bin/sh\n' "$CRITEST_BUSYBOX" >"$ctx/Dockerfile"
+  # /bin/sh runs busybox ash, or bash for an environment that Debian's
+  # ash 1.35 would cut down (see hack/node-e2e-images/sh.c).
+  printf 'FROM %s\nCOPY nmeter /bin/nmeter\nCOPY sh /bin/sh\nCOPY usr/ /usr/\nCOPY lib/ /lib/\n' "$CRITEST_BUSYBOX" >"$ctx/Dockerfile"
 }
 
 recipe_agnhost() {
@@ -260,6 +261,7 @@ build() {
   build_go k8s.io/kubernetes/test/images/agnhost agnhost
   build_go github.com/onsi/ginkgo/v2/ginkgo ginkgo
   compile nmeter
+  compile sh
   local entry name recipe ctx
   for entry in "${IMAGES[@]}"; do
     IFS='|' read -r name recipe <<<"$entry"
