@@ -192,7 +192,7 @@ e2e-cluster:
 # NODE_CONFORMANCE_TIMEOUT bounds the suite (ginkgo --timeout). (root)
 K8S_BIN_DIR ?= $(OUT)/k8s-v1.36
 NODE_CONFORMANCE_PROCS ?= 5
-NODE_CONFORMANCE_TIMEOUT ?= 100m
+NODE_CONFORMANCE_TIMEOUT ?= 120m
 node-conformance node-conformance-quick:
 	@if [[ $$(id -u) -ne 0 ]]; then echo "$@: must run as root" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory deps build
@@ -210,7 +210,7 @@ node-conformance node-conformance-quick:
 	NODE_CONFORMANCE_SUBSET=$(if $(filter node-conformance-quick,$@),quick,full) \
 	NODE_CONFORMANCE_FOCUS='$(NODE_CONFORMANCE_FOCUS)' NODE_CONFORMANCE_TIMEOUT=$(NODE_CONFORMANCE_TIMEOUT) \
 	NODE_CONFORMANCE_OUT=$(OUT)/node-conformance$(if $(filter node-conformance-quick,$@),-quick,) \
-		$(GO) test -count=1 -tags nodeconformance -v -timeout 120m ./test/node-conformance/
+		$(GO) test -count=1 -tags nodeconformance -v -timeout 150m ./test/node-conformance/
 
 ## node-e2e-images: build the images of make node-conformance into the host's engine (root)
 node-e2e-images: dockerd-start
