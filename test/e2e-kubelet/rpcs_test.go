@@ -11,7 +11,8 @@ import (
 )
 
 // rpcStats counts netshim's RPCs in its log (at -v>=6 every RPC is logged:
-// "RPC" on success, "RPC failed" with the gRPC code otherwise).
+// "RPC" on success, "RPC failed" with the gRPC code otherwise; every line
+// an RPC causes names it as rpc="Method").
 type rpcStats struct {
 	calls, fails map[string]int
 	codes        map[string][]string       // method -> codes in the order first seen
@@ -22,7 +23,7 @@ type rpcStats struct {
 }
 
 var (
-	rpcMethod = regexp.MustCompile(`method="([A-Za-z]+)"`)
+	rpcMethod = regexp.MustCompile(`\brpc="([A-Za-z]+)"`)
 	rpcCode   = regexp.MustCompile(`code="([A-Za-z]+)"`)
 )
 
@@ -73,12 +74,12 @@ func (s *rpcStats) table() string {
 }
 
 func TestRPCTable(t *testing.T) {
-	log := `I1124 13:13:29.381533    8952 interceptor.go:43] "RPC" method="Version" duration="2.483µs"
-E1124 13:13:36.868271    8952 interceptor.go:40] "RPC failed" err="rpc error: code = NotFound desc = x" method="ContainerStatus" code="NotFound" duration="14µs"
-I1124 13:13:37.000000    8952 interceptor.go:43] "RPC" method="ContainerStatus" duration="2µs"
-E1124 13:13:38.868271    8952 interceptor.go:40] "RPC failed" err="x" method="ContainerStatus" code="Unavailable" duration="14µs"
-E1124 13:13:39.868271    8952 interceptor.go:40] "RPC failed" err="x" method="ContainerStatus" code="NotFound" duration="14µs"
-I1124 13:14:00.000000    8952 container_events.go:500] "Event stream ended" method="GetContainerEvents" subscribers=0
+	log := `I1124 13:13:29.381533    8952 interceptor.go:43] "RPC" rpc="Version" duration="2.483µs"
+E1124 13:13:36.868271    8952 interceptor.go:40] "RPC failed" err="rpc error: code = NotFound desc = x" rpc="ContainerStatus" code="NotFound" duration="14µs"
+I1124 13:13:37.000000    8952 interceptor.go:43] "RPC" rpc="ContainerStatus" duration="2µs"
+E1124 13:13:38.868271    8952 interceptor.go:40] "RPC failed" err="x" rpc="ContainerStatus" code="Unavailable" duration="14µs"
+E1124 13:13:39.868271    8952 interceptor.go:40] "RPC failed" err="x" rpc="ContainerStatus" code="NotFound" duration="14µs"
+I1124 13:14:00.000000    8952 container_events.go:500] "Event stream ended" rpc="GetContainerEvents" subscribers=0
 I1124 13:14:00.000001    8952 other.go:1] "no method here"
 `
 	s := parseRPCs(log)
