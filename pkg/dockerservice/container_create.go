@@ -38,7 +38,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	sbInfo := sandboxInfoOf(sb)
 	md := cfg.GetMetadata()
 	name := containerName(sbInfo.metadata, md)
-	t := newStepTimer("CreateContainer", "pod", klog.KRef(sbInfo.metadata.Namespace, sbInfo.metadata.Name), "container", md.Name)
+	t := newStepTimer(ctx, "CreateContainer", "pod", klog.KRef(sbInfo.metadata.Namespace, sbInfo.metadata.Name), "container", md.Name)
 
 	imageName := cfg.GetImage().GetImage()
 	img, err := ds.client.ImageInspect(ctx, imageName)
@@ -130,7 +130,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		return nil, fmt.Errorf("creating container %s: %w", name, err)
 	}
 	for _, w := range created.Warnings {
-		klog.V(2).InfoS("Docker warning on container create", "container", name, "containerID", created.ID, "warning", w)
+		klog.FromContext(ctx).V(2).Info("Docker warning on container create", "container", name, "containerID", created.ID, "warning", w)
 	}
 	t.step("create")
 	t.done("containerID", created.ID, "namespaces", describeNamespaces(hc))

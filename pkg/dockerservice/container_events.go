@@ -484,7 +484,7 @@ func (ds *DockerService) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stre
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return fmt.Errorf("starting the container events stream: %w", err)
 	}
-	klog.V(2).InfoS("Container events subscriber connected")
+	klog.FromContext(ctx).V(2).Info("Container events subscriber connected")
 	for {
 		select {
 		case <-sub.Done():

@@ -115,7 +115,7 @@ func (ds *DockerService) execSync(ctx context.Context, id string, cmd []string) 
 		return nil, err
 	}
 	if out.truncated() {
-		klog.V(2).InfoS("ExecSync output truncated", "containerID", id, "cmd", cmd, "limit", maxExecSyncOutput)
+		klog.FromContext(ctx).V(2).Info("ExecSync output truncated", "containerID", id, "cmd", cmd, "limit", maxExecSyncOutput)
 	}
 	stdout, stderr := out.bytes()
 	return &runtimeapi.ExecSyncResponse{Stdout: stdout, Stderr: stderr, ExitCode: int32(exit)}, nil
@@ -152,11 +152,12 @@ func (ds *DockerService) waitExec(ctx context.Context, execID string) (int, erro
 // (procutil.KillInContainer); a pid that left the container is left
 // alone.
 func (ds *DockerService) killExec(ctx context.Context, containerID, execID string) {
+	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithTimeout(backgroundCtx(ctx), execKillTimeout)
 	defer cancel()
 	ins, err := ds.client.ContainerExecInspect(ctx, execID)
 	if err != nil {
-		klog.ErrorS(err, "Cannot find the process of a timed-out exec to kill it", "execID", execID)
+		logger.Error(err, "Cannot find the process of a timed-out exec to kill it", "execID", execID)
 		return
 	}
 	if !ins.Running || ins.Pid <= 0 {
@@ -164,15 +165,15 @@ func (ds *DockerService) killExec(ctx context.Context, containerID, execID strin
 	}
 	if err := ds.containers.killExecTree(containerID, ins.Pid); err != nil {
 		if errors.Is(err, procutil.ErrNotInContainer) {
-			klog.InfoS("Not killing a timed-out exec: its process has exited and its pid now names another process", "execID", execID, "containerID", containerID, "pid", ins.Pid)
+			logger.Info("Not killing a timed-out exec: its process has exited and its pid now names another process", "execID", execID, "containerID", containerID, "pid", ins.Pid)
 			return
 		}
-		klog.ErrorS(err, "Failed to kill a timed-out exec", "execID", execID, "containerID", containerID, "pid", ins.Pid)
+		logger.Error(err, "Failed to kill a timed-out exec", "execID", execID, "containerID", containerID, "pid", ins.Pid)
 		return
 	}
-	klog.V(2).InfoS("Killed timed-out exec", "execID", execID, "containerID", containerID, "pid", ins.Pid)
+	logger.V(2).Info("Killed timed-out exec", "execID", execID, "containerID", containerID, "pid", ins.Pid)
 	if _, err := ds.waitExec(ctx, execID); err != nil {
-		klog.ErrorS(err, "Killed exec still shows running", "execID", execID, "pid", ins.Pid)
+		logger.Error(err, "Killed exec still shows running", "execID", execID, "pid", ins.Pid)
 	}
 }
 

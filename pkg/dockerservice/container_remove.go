@@ -17,7 +17,7 @@ func (ds *DockerService) RemoveContainer(ctx context.Context, r *runtimeapi.Remo
 		return nil, err
 	}
 	if rec == nil {
-		klog.V(4).InfoS("RemoveContainer: container not found; nothing to remove", "containerID", r.GetContainerId())
+		klog.FromContext(ctx).V(4).Info("RemoveContainer: container not found; nothing to remove", "containerID", r.GetContainerId())
 		return &runtimeapi.RemoveContainerResponse{}, nil
 	}
 	if err := ds.removeContainer(ctx, rec.ID); err != nil {

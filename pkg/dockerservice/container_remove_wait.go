@@ -37,7 +37,7 @@ func isRemovalInProgress(err error) bool {
 // longer exists. It fails with Unavailable (retry) if it still does, and
 // with the caller's context error if the caller gave up first.
 func (ds *DockerService) waitRemoved(ctx context.Context, id string) error {
-	klog.V(4).InfoS("Container removal already in progress in Docker; waiting for it", "containerID", id)
+	klog.FromContext(ctx).V(4).Info("Container removal already in progress in Docker; waiting for it", "containerID", id)
 	wctx, cancel := context.WithTimeout(ctx, removalWaitTimeout)
 	defer cancel()
 	tick := time.NewTicker(removalPollInterval)

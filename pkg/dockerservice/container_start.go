@@ -27,7 +27,7 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("container %s is %s: only a created container can be started (kubelet creates a new one to restart)", id, st))
 	}
 	info := containerInfoOf(rec)
-	t := newStepTimer("StartContainer", "containerID", id)
+	t := newStepTimer(ctx, "StartContainer", "containerID", id)
 	// Fail before Docker starts anything if the log file cannot be made:
 	// it is the commonest reason the follower could not start.
 	if info.logPath != "" {
@@ -84,7 +84,7 @@ func (ds *DockerService) killAfterFailedStart(ctx context.Context, id string) {
 	defer cancel()
 	zero := 0
 	if err := ds.client.ContainerStop(ctx, id, container.StopOptions{Timeout: &zero}); err != nil {
-		klog.ErrorS(err, "Failed to kill a container whose log could not be set up", "containerID", id)
+		klog.FromContext(ctx).Error(err, "Failed to kill a container whose log could not be set up", "containerID", id)
 	}
 	ds.refreshRecord(ctx, id)
 }

@@ -24,7 +24,7 @@ func (ds *DockerService) StopContainer(ctx context.Context, r *runtimeapi.StopCo
 		return nil, err
 	}
 	if rec == nil {
-		klog.V(4).InfoS("StopContainer: container not found; nothing to stop", "containerID", r.GetContainerId())
+		klog.FromContext(ctx).V(4).Info("StopContainer: container not found; nothing to stop", "containerID", r.GetContainerId())
 		return &runtimeapi.StopContainerResponse{}, nil
 	}
 	if !rec.Running() {
@@ -51,7 +51,7 @@ func (ds *DockerService) StopContainer(ctx context.Context, r *runtimeapi.StopCo
 	ds.markStopped(ctx, rec.ID)
 	// Its exit shows once the end of its log is in the file.
 	ds.containers.streams.waitCopied(ctx, rec.ID, logDrainGrace)
-	klog.V(4).InfoS("Stopped container", "containerID", rec.ID, "timeout", timeout, "took", time.Since(start))
+	klog.FromContext(ctx).V(4).Info("Stopped container", "containerID", rec.ID, "timeout", timeout, "took", time.Since(start))
 	return &runtimeapi.StopContainerResponse{}, nil
 }
 

@@ -35,11 +35,11 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 		if r.GetWindows() != nil {
 			return nil, invalidArgf("container %s: the request has only Windows resources, and netshim runs Linux containers", rec.ID)
 		}
-		klog.V(4).InfoS("UpdateContainerResources without Linux resources: nothing to change", "containerID", rec.ID)
+		klog.FromContext(ctx).V(4).Info("UpdateContainerResources without Linux resources: nothing to change", "containerID", rec.ID)
 		return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 	}
 	if r.GetWindows() != nil {
-		klog.V(4).InfoS("UpdateContainerResources: Windows resources ignored on Linux", "containerID", rec.ID)
+		klog.FromContext(ctx).V(4).Info("UpdateContainerResources: Windows resources ignored on Linux", "containerID", rec.ID)
 	}
 	what := "container " + rec.ID
 	if err := validateResources(what, res); err != nil {
@@ -70,7 +70,7 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 		return nil, fmt.Errorf("updating resources of container %s: %w", rec.ID, err)
 	}
 	for _, w := range resp.Warnings {
-		klog.V(2).InfoS("Docker warning on container update", "containerID", rec.ID, "warning", w)
+		klog.FromContext(ctx).V(2).Info("Docker warning on container update", "containerID", rec.ID, "warning", w)
 	}
 	warnSkipped(rec.Name, "UpdateContainerResources", q.skipped)
 	// ContainerStatus reports the container's resources from the index.

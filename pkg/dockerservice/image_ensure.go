@@ -75,7 +75,7 @@ func (ds *DockerService) forgetImageRefs(gone map[string]bool) {
 // stream is read to the end and checked. A cancelled or timed-out ctx is
 // reported as such (the interceptor maps it to Canceled/DeadlineExceeded).
 func (ds *DockerService) pullImage(ctx context.Context, ref, registryAuth string) error {
-	klog.InfoS("Pulling image", "image", ref, "withCredentials", registryAuth != "")
+	klog.FromContext(ctx).Info("Pulling image", "image", ref, "withCredentials", registryAuth != "")
 	rc, err := ds.client.ImagePull(ctx, ref, image.PullOptions{RegistryAuth: registryAuth})
 	if err != nil {
 		if ctx.Err() != nil {

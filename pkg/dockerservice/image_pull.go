@@ -41,6 +41,6 @@ func (ds *DockerService) PullImage(ctx context.Context, req *runtimeapi.PullImag
 		return nil, fmt.Errorf("inspecting image %s after pulling it: %w", ref, err)
 	}
 	ds.markImagePresent(spec, ref)
-	klog.V(2).InfoS("Pulled image", "image", ref, "imageID", ins.ID)
+	klog.FromContext(ctx).V(2).Info("Pulled image", "image", ref, "imageID", ins.ID)
 	return &runtimeapi.PullImageResponse{ImageRef: ins.ID}, nil
 }

@@ -53,6 +53,6 @@ func (ds *DockerService) RemoveImage(ctx context.Context, req *runtimeapi.Remove
 			return nil, fmt.Errorf("removing image %s (%s): %w", ins.ID, r, err)
 		}
 	}
-	klog.V(2).InfoS("Removed image", "image", spec, "imageID", ins.ID)
+	klog.FromContext(ctx).V(2).Info("Removed image", "image", spec, "imageID", ins.ID)
 	return &runtimeapi.RemoveImageResponse{}, nil
 }

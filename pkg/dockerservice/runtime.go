@@ -89,7 +89,7 @@ func (ds *DockerService) requireSynced() error {
 }
 
 // UpdateRuntimeConfig hands the node's pod CIDR to the network plugin.
-func (ds *DockerService) UpdateRuntimeConfig(_ context.Context, r *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
+func (ds *DockerService) UpdateRuntimeConfig(ctx context.Context, r *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
 	cidr := strings.TrimSpace(r.GetRuntimeConfig().GetNetworkConfig().GetPodCidr())
 	if cidr == "" {
 		return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
@@ -97,7 +97,7 @@ func (ds *DockerService) UpdateRuntimeConfig(_ context.Context, r *runtimeapi.Up
 	if _, err := network.ParsePodCIDRs(cidr); err != nil {
 		return nil, invalidArgf("%v", err)
 	}
-	klog.InfoS("Pod CIDR updated", "podCIDR", cidr)
+	klog.FromContext(ctx).Info("Pod CIDR updated", "podCIDR", cidr)
 	ds.network.Event(network.NetPluginEventPodCIDRChange, map[string]any{network.NetPluginEventPodCIDRKey: cidr})
 	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
 }

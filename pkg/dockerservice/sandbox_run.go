@@ -44,7 +44,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	}
 	defer release()
 
-	t := newStepTimer("RunPodSandbox", "pod", klog.KRef(md.Namespace, md.Name))
+	t := newStepTimer(ctx, "RunPodSandbox", "pod", klog.KRef(md.Namespace, md.Name))
 	image := ds.cfg.PodInfraImage
 	if err := ds.ensureImage(ctx, image); err != nil {
 		return nil, err
@@ -81,7 +81,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		// Cannot happen with a context that is never cancelled; if it
 		// ever did, the container just made must not be left behind.
 		if rerr := ds.removeContainer(backgroundCtx(ctx), id); rerr != nil {
-			klog.ErrorS(rerr, "Failed to remove the infra container of a sandbox that could not be locked", "podSandboxID", id)
+			klog.FromContext(ctx).Error(rerr, "Failed to remove the infra container of a sandbox that could not be locked", "podSandboxID", id)
 		}
 		return nil, fmt.Errorf("locking new sandbox %s: %w", id, err)
 	}
@@ -192,6 +192,7 @@ func orderPodIPs(ips []net.IP) []string {
 // a context detached from the caller's: a kubelet that timed out must not
 // leave a half-made pod behind.
 func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.PodSandbox, tearDown bool) {
+	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithTimeout(backgroundCtx(ctx), cleanupTimeout)
 	defer cancel()
 	log := []any{"pod", klog.KRef(cp.Namespace, cp.Name), "podSandboxID", cp.SandboxID}
@@ -201,7 +202,7 @@ func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.P
 			// Keep the checkpoint: it is what a later StopPodSandbox or
 			// the start-up retry needs to free the IP.
 			keepCheckpoint = true
-			klog.ErrorS(err, "Failed to tear down the network of a sandbox whose setup failed; keeping its checkpoint for a later retry", log...)
+			logger.Error(err, "Failed to tear down the network of a sandbox whose setup failed; keeping its checkpoint for a later retry", log...)
 		}
 	}
 	if err := ds.removeContainer(ctx, cp.SandboxID); err != nil {
@@ -210,11 +211,11 @@ func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.P
 		// operator to stop and remove. Without it a running container
 		// with no network could pass for a ready pod.
 		keepCheckpoint = true
-		klog.ErrorS(err, "Failed to remove infra container of a failed sandbox; keeping its checkpoint so that it is reported NOTREADY", log...)
+		logger.Error(err, "Failed to remove infra container of a failed sandbox; keeping its checkpoint so that it is reported NOTREADY", log...)
 	}
 	if !keepCheckpoint {
 		if err := ds.removeCheckpoint(cp.SandboxID); err != nil {
-			klog.ErrorS(err, "Failed to remove checkpoint of a failed sandbox", log...)
+			logger.Error(err, "Failed to remove checkpoint of a failed sandbox", log...)
 		}
 	}
 }
@@ -231,7 +232,7 @@ func (ds *DockerService) existingSandbox(ctx context.Context, name string, md *r
 		return nil, withCode(codes.AlreadyExists, fmt.Errorf("a container named %s (%s) exists that netshim does not own; remove it first", name, c.ID))
 	}
 	if c.State != nil && c.State.Running && ds.sandboxReady(c.ID) {
-		klog.InfoS("RunPodSandbox for an existing ready sandbox: returning it", "pod", klog.KRef(md.Namespace, md.Name), "attempt", md.Attempt, "podSandboxID", c.ID)
+		klog.FromContext(ctx).Info("RunPodSandbox for an existing ready sandbox: returning it", "pod", klog.KRef(md.Namespace, md.Name), "attempt", md.Attempt, "podSandboxID", c.ID)
 		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: c.ID}, nil
 	}
 	return nil, withCode(codes.AlreadyExists, fmt.Errorf("pod sandbox %s attempt %d already exists as %s and is not ready; stop and remove it before running it again", klog.KRef(md.Namespace, md.Name), md.Attempt, c.ID))
@@ -357,6 +358,7 @@ func podRef(cp *checkpoint.PodSandbox) network.PodRef {
 
 // stepTimer logs how long each step of an operation took, at -v=4.
 type stepTimer struct {
+	log   klog.Logger // the request's, so the steps line names its RPC and ids
 	op    string
 	kv    []any
 	start time.Time
@@ -364,9 +366,9 @@ type stepTimer struct {
 	steps []any
 }
 
-func newStepTimer(op string, kv ...any) *stepTimer {
+func newStepTimer(ctx context.Context, op string, kv ...any) *stepTimer {
 	now := time.Now()
-	return &stepTimer{op: op, kv: kv, start: now, last: now}
+	return &stepTimer{log: klog.FromContext(ctx), op: op, kv: kv, start: now, last: now}
 }
 
 func (t *stepTimer) step(name string) {
@@ -376,10 +378,10 @@ func (t *stepTimer) step(name string) {
 }
 
 func (t *stepTimer) done(kv ...any) {
-	if !klog.V(4).Enabled() {
+	if !t.log.V(4).Enabled() {
 		return
 	}
 	all := append(append(append([]any{}, t.kv...), kv...), t.steps...)
 	all = append(all, "total", time.Since(t.start))
-	klog.V(4).InfoS(t.op+" steps", all...)
+	t.log.V(4).Info(t.op+" steps", all...)
 }

@@ -115,7 +115,7 @@ func (ds *DockerService) StopPodSandbox(ctx context.Context, r *runtimeapi.StopP
 }
 
 func (ds *DockerService) stopSandbox(ctx context.Context, ref sandboxRef) error {
-	t := newStepTimer("StopPodSandbox", "podSandboxID", ref.id)
+	t := newStepTimer(ctx, "StopPodSandbox", "podSandboxID", ref.id)
 	if err := ds.stopPodContainers(ctx, ref.id); err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func (ds *DockerService) stopPodContainers(ctx context.Context, sandboxID string
 		return err
 	}
 	if len(cs) > 0 {
-		klog.V(4).InfoS("Stopped pod containers", "podSandboxID", sandboxID, "count", len(cs))
+		klog.FromContext(ctx).V(4).Info("Stopped pod containers", "podSandboxID", sandboxID, "count", len(cs))
 	}
 	return nil
 }

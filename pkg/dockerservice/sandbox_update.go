@@ -13,11 +13,11 @@ import (
 // its own and the workload containers get theirs through
 // UpdateContainerResources. So the answer only says whether the sandbox
 // exists; kubelet reads an error as the runtime rejecting the resize.
-func (ds *DockerService) UpdatePodSandboxResources(_ context.Context, r *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error) {
+func (ds *DockerService) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error) {
 	ref, err := ds.mustFindSandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
-	klog.V(4).InfoS("Pod sandbox resources updated by kubelet; nothing for Docker to do", "podSandboxID", ref.id, "resources", r.GetResources(), "overhead", r.GetOverhead())
+	klog.FromContext(ctx).V(4).Info("Pod sandbox resources updated by kubelet; nothing for Docker to do", "podSandboxID", ref.id, "resources", r.GetResources(), "overhead", r.GetOverhead())
 	return &runtimeapi.UpdatePodSandboxResourcesResponse{}, nil
 }

@@ -84,7 +84,7 @@ func (ds *DockerService) createOwned(ctx context.Context, config *container.Conf
 		rctx, cancel := context.WithTimeout(backgroundCtx(ctx), cleanupTimeout)
 		defer cancel()
 		if rerr := ds.client.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
-			klog.ErrorS(rerr, "Failed to remove a container whose create failed; it stays listed for kubelet to remove", "name", name, "containerID", created.ID)
+			klog.FromContext(ctx).Error(rerr, "Failed to remove a container whose create failed; it stays listed for kubelet to remove", "name", name, "containerID", created.ID)
 			return container.CreateResponse{}, err
 		}
 		ds.store.Delete(created.ID)
@@ -97,7 +97,7 @@ func (ds *DockerService) createOwned(ctx context.Context, config *container.Conf
 // the index refreshes it later).
 func (ds *DockerService) refreshRecord(ctx context.Context, id string) {
 	if _, err := ds.index.Refresh(ctx, id); err != nil && !errdefs.IsNotFound(err) {
-		klog.ErrorS(err, "Failed to inspect container for the state index", "containerID", id)
+		klog.FromContext(ctx).Error(err, "Failed to inspect container for the state index", "containerID", id)
 	}
 }
 
