@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -113,6 +114,9 @@ type Options struct {
 	// probeFirewall reads the host's packet filter; nil means the real
 	// one. Tests inject a fake.
 	probeFirewall func(ctx context.Context) (hostFirewall, error)
+	// forgetNeighbors deletes the host's neighbour entries of a new pod's
+	// IPs (neigh_linux.go); nil means the real one. Tests inject a fake.
+	forgetNeighbors func(ips []net.IP) error
 }
 
 // Plugin is the CNI network plugin. Create it with NewPlugin.
@@ -191,6 +195,9 @@ func NewPlugin(opts Options) *Plugin {
 	}
 	if opts.GCPeriod == 0 {
 		opts.GCPeriod = defaultGCPeriod
+	}
+	if opts.forgetNeighbors == nil {
+		opts.forgetNeighbors = forgetNeighbors
 	}
 	if opts.probeFirewall == nil {
 		opts.probeFirewall = probeHostFirewall

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,6 +57,23 @@ type testEnv struct {
 	exec    *fakeExec
 	host    *fakeHost
 	confDir string
+	// forgot records the IPs whose host neighbour entries the plugin
+	// deleted, one call a slice: the host's own table is left alone.
+	neighMu sync.Mutex
+	forgot  [][]net.IP
+}
+
+func (e *testEnv) forgetNeighbors(ips []net.IP) error {
+	e.neighMu.Lock()
+	defer e.neighMu.Unlock()
+	e.forgot = append(e.forgot, ips)
+	return nil
+}
+
+func (e *testEnv) forgotten() [][]net.IP {
+	e.neighMu.Lock()
+	defer e.neighMu.Unlock()
+	return append([][]net.IP(nil), e.forgot...)
 }
 
 // newTestEnv returns an initialised plugin on a temp conf dir holding
@@ -80,6 +99,8 @@ func newTestEnvWith(t *testing.T, conf string, tweak func(*Options)) *testEnv {
 		StateDir:   t.TempDir(),
 		Exec:       env.exec,
 		SyncPeriod: time.Hour, // tests resync explicitly unless they test the loop
+
+		forgetNeighbors: env.forgetNeighbors,
 	}
 	if tweak != nil {
 		tweak(&opts)
@@ -283,6 +304,10 @@ func TestSetUpPod(t *testing.T) {
 	calls := env.exec.Calls()
 	if got := callNames(calls); got != "ADD bridge, ADD portmap, ADD bandwidth, ADD loopback" {
 		t.Fatalf("calls = %s", got)
+	}
+	// The host forgets the MACs the pod's IPs had before (not the bridge's).
+	if got, want := fmt.Sprint(env.forgotten()), "[[10.244.1.5 fd00:10:244:1::5]]"; got != want {
+		t.Errorf("neighbour entries deleted for %s, want %s", got, want)
 	}
 	for _, c := range calls {
 		if c.ContainerID != testPod.SandboxID || c.NetNS != "/proc/42/ns/net" {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"k8s.io/klog/v2"
 
@@ -95,7 +96,23 @@ func (p *Plugin) SetUpPod(ctx context.Context, pod network.PodRef, annotations m
 	}
 	klog.V(4).InfoS("Added pod to CNI network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID,
 		"network", def.list.Name, "netns", netnsPath, "result", res)
+	p.forgetOldNeighbors(pod, res)
 	return nil
+}
+
+// forgetOldNeighbors drops what the host remembers of the MACs that had
+// the new pod's IPs before (see forgetNeighbors). Failing to is not the
+// pod's failure: the kernel re-resolves the address in seconds anyway.
+func (p *Plugin) forgetOldNeighbors(pod network.PodRef, res types.Result) {
+	r, err := current.NewResultFromResult(res)
+	if err != nil {
+		return // logged whole above; GetPodNetworkStatus reads the netns
+	}
+	if ips := resultPodIPs(r); len(ips) > 0 {
+		if err := p.opts.forgetNeighbors(ips); err != nil {
+			klog.ErrorS(err, "Failed to delete the host's stale neighbour entries of a new pod's IPs", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID, "ips", ips)
+		}
+	}
 }
 
 // entryFor is the ledger entry of an ADD of list with rt.

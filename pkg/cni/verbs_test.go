@@ -35,7 +35,7 @@ func newVerbsEnv(t *testing.T, conf string, tweak func(*Options)) *testEnv {
 	opts := Options{
 		ConfDir: env.confDir, BinDirs: []string{"/fake/bin"}, CacheDir: t.TempDir(), StateDir: t.TempDir(), Exec: env.exec,
 		SyncPeriod: time.Hour, Debounce: 10 * time.Millisecond, StatusPeriod: time.Hour, GCPeriod: -1,
-		probeFirewall: noFirewall,
+		probeFirewall: noFirewall, forgetNeighbors: env.forgetNeighbors,
 	}
 	if tweak != nil {
 		tweak(&opts)
