@@ -218,6 +218,10 @@ imageGCLowThresholdPercent: 99
 // alone.
 var kubeletFlags = "--system-cgroups= --kubelet-cgroups= --runtime-cgroups="
 
+// runtimeclassHandler is the RuntimeClass handler the suite's specs
+// expect on the node.
+const runtimeclassHandler = "test-handler"
+
 // featureGates are the gates of the suite and of the kubelet it starts:
 // the configuration netshim's README asks of a Docker node. Without
 // PodAndContainerStatsFromCRI kubelet takes pod network stats and
@@ -255,7 +259,13 @@ func TestNodeConformance(t *testing.T) {
 	}
 
 	t.Log("starting the private dockerd and netshim")
-	dockerd := harness.StartPrivateDockerd(t, harness.WithImages(harness.DefaultPauseImage))
+	// The RuntimeClass specs (PodOverhead among them) run pods with the
+	// handler the suite expects every test node to have configured,
+	// "test-handler" (e2eruntimeclass.PreconfiguredRuntimeClassHandler;
+	// Kubernetes' node e2e images configure it in containerd): here a
+	// Docker runtime of that name, the engine's runc.
+	dockerd := harness.StartPrivateDockerd(t, harness.WithImages(harness.DefaultPauseImage),
+		harness.WithRuntime(runtimeclassHandler, ""))
 	ns := harness.StartNetshim(t,
 		harness.WithDockerEndpoint(dockerd.Endpoint()),
 		harness.WithCNIConfig(
