@@ -13,6 +13,7 @@ import (
 	"github.com/netshim/netshim/pkg/cni"
 	"github.com/netshim/netshim/pkg/kubenet"
 	"github.com/netshim/netshim/pkg/layerusage"
+	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/streaming"
 )
@@ -41,6 +42,7 @@ type options struct {
 	shutdownTimeout     time.Duration
 	streamingAddress    string
 	layerInterval       time.Duration
+	metricsBindAddress  string
 }
 
 func defaultOptions() *options {
@@ -90,6 +92,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", o.stopTimeout, "Grace period given to a sandbox's containers when the sandbox is stopped.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "On SIGTERM/SIGINT, how long in-flight RPCs may run before the server stops hard.")
 	fs.StringVar(&o.streamingAddress, "streaming-address", o.streamingAddress, "host:port of the HTTP server for exec, attach and port-forward sessions (the URLs the CRI Exec/Attach/PortForward RPCs return). Port 0 picks a free port. It has no authentication besides single-use tokens: keep it on loopback, where kubelet reaches it.")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", o.metricsBindAddress, "[host]:port of the HTTP endpoint serving Prometheus metrics (/metrics), /healthz, /readyz and /debug/pprof/. Empty (the default) turns it off. Without a host (\":9090\") it binds 127.0.0.1: it has no authentication and pprof exposes the process's memory, so give a host (e.g. 0.0.0.0:9090) only on a trusted network.")
 	fs.DurationVar(&o.layerInterval, "writable-layer-measure-interval", o.layerInterval, "How often the disk usage of a container's writable layer (ContainerStats' writable_layer, kubelet's container rootfs) is measured, in the background. A layer too big to walk in one short slice is measured less often each time, down to once per 30 minutes or this interval if longer.")
 
 	// klog's flags (-v, --vmodule, --logtostderr...) as kubelet has them.
@@ -129,6 +132,11 @@ func (o *options) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.streamingAddress); err != nil {
 		return fmt.Errorf("--streaming-address %q: want host:port (e.g. 127.0.0.1:0): %v", o.streamingAddress, err)
+	}
+	if o.metricsBindAddress != "" {
+		if _, err := metrics.ListenAddress(o.metricsBindAddress); err != nil {
+			return fmt.Errorf("--metrics-bind-address %q: %v", o.metricsBindAddress, err)
+		}
 	}
 	if o.layerInterval <= 0 {
 		return fmt.Errorf("--writable-layer-measure-interval %s: must be positive", o.layerInterval)

@@ -18,6 +18,7 @@ import (
 	"github.com/netshim/netshim/pkg/dockerservice"
 	"github.com/netshim/netshim/pkg/kubenet"
 	"github.com/netshim/netshim/pkg/layerusage"
+	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/streaming"
 	"github.com/netshim/netshim/pkg/version"
@@ -70,11 +71,17 @@ func run(ctx context.Context, opts *options) error {
 	if oomFloor != nil {
 		klog.InfoS("WARNING: negative oom_score_adj values will be clamped (netshim lacks CAP_SYS_RESOURCE, or --restrict-oom-score-adj=true)", "floor", *oomFloor)
 	}
-	client, err := dockerservice.NewDockerClient(opts.dockerEndpoint)
+	rawClient, err := dockerservice.NewDockerClient(opts.dockerEndpoint)
 	if err != nil {
 		return fmt.Errorf("creating Docker client for %s: %w", opts.dockerEndpoint, err)
 	}
-	defer client.Close()
+	defer rawClient.Close()
+	// nil (metrics off) records nothing, and leaves the client unwrapped.
+	var m *metrics.Metrics
+	if opts.metricsBindAddress != "" {
+		m = metrics.New()
+	}
+	client := dockerservice.InstrumentDockerClient(rawClient, m)
 	checkpoints, err := checkpoint.NewManager(filepath.Join(opts.rootDir, "sandbox"))
 	if err != nil {
 		return fmt.Errorf("opening checkpoint store: %w", err)
@@ -87,6 +94,7 @@ func run(ctx context.Context, opts *options) error {
 			StateDir: cniStateDir(opts.rootDir),
 			Timeout:  opts.cniTimeout,
 			GCPeriod: gcPeriod(opts.cniGCPeriod),
+			Metrics:  m,
 		}),
 		kubenet.NewPlugin(kubenet.Options{
 			BinDirs:     network.SplitDirs(opts.cniBinDir),
@@ -96,6 +104,7 @@ func run(ctx context.Context, opts *options) error {
 			IPAMDataDir: opts.kubenetIPAMDir,
 			StateDir:    cniStateDir(opts.rootDir),
 			Timeout:     opts.cniTimeout,
+			Metrics:     m,
 		}),
 	}
 	ds, err := dockerservice.NewDockerService(dockerservice.Config{
@@ -110,11 +119,18 @@ func run(ctx context.Context, opts *options) error {
 		StopTimeout: opts.stopTimeout,
 		RootDir:     opts.rootDir,
 		LayerUsage:  layerusage.Options{Interval: opts.layerInterval},
+		Metrics:     m,
 	}, client, checkpoints, plugins)
 	if err != nil {
 		return err
 	}
 	defer ds.Close()
+	// Up before the first sync, so that /readyz says why it waits.
+	_, stopMetrics, err := startMetricsServer(opts.metricsBindAddress, m, ds.Ready)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	// Fill the state index before serving: an empty index would tell
 	// kubelet every pod is gone. With dockerd down this returns at once
 	// and the index fills when it comes up.
@@ -123,7 +139,7 @@ func run(ctx context.Context, opts *options) error {
 	// Exec, attach and port-forward sessions: the RPCs hand out URLs of
 	// this server. It listens before the CRI socket does, so no URL is
 	// ever handed out for a server that is not there.
-	streamSrv, err := streaming.New(streaming.Config{Addr: opts.streamingAddress}, client, ds.PodNetNS)
+	streamSrv, err := streaming.New(streaming.Config{Addr: opts.streamingAddress}, rawClient, ds.PodNetNS)
 	if err != nil {
 		return err
 	}
@@ -139,7 +155,12 @@ func run(ctx context.Context, opts *options) error {
 		return err
 	}
 	defer os.Remove(socketPath)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(dockerservice.UnaryInterceptor), grpc.ChainStreamInterceptor(dockerservice.StreamInterceptor), grpc.ForceServerCodecV2(ds.Codec()))
+	// The metrics interceptors come first (outermost), so that they see the
+	// status the client gets.
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(m.UnaryInterceptor, dockerservice.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(m.StreamInterceptor, dockerservice.StreamInterceptor),
+		grpc.ForceServerCodecV2(ds.Codec()))
 	ds.Register(srv)
 
 	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)

@@ -25,6 +25,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -110,6 +111,9 @@ type Options struct {
 	// GCPeriod is how often CNI GC runs after the start-up one; 0 means
 	// 5 minutes, negative disables GC.
 	GCPeriod time.Duration
+	// Metrics, if set, times every CNI verb by verb and network
+	// (metrics.go) and counts the attachments GC releases.
+	Metrics *metrics.Metrics
 
 	// probeFirewall reads the host's packet filter; nil means the real
 	// one. Tests inject a fake.
@@ -217,14 +221,14 @@ func NewPlugin(opts Options) *Plugin {
 	}
 	p := &Plugin{
 		opts:      opts,
-		cni:       libcni.NewCNIConfigWithCacheDir(opts.BinDirs, opts.CacheDir, exec),
+		cni:       instrumentCNI(libcni.NewCNIConfigWithCacheDir(opts.BinDirs, opts.CacheDir, exec), opts.Metrics),
 		loNetwork: lo,
 		stopCh:    make(chan struct{}),
 	}
 	if opts.StateDir != "" {
 		p.ledger = newLedger(filepath.Join(opts.StateDir, "attachments"))
 		// Nothing ever ADDs through gcCNI, so its cache stays empty.
-		p.gcCNI = libcni.NewCNIConfigWithCacheDir(opts.BinDirs, filepath.Join(opts.StateDir, "gc-empty-cache"), exec)
+		p.gcCNI = instrumentCNI(libcni.NewCNIConfigWithCacheDir(opts.BinDirs, filepath.Join(opts.StateDir, "gc-empty-cache"), exec), opts.Metrics)
 	}
 	return p
 }

@@ -224,6 +224,7 @@ func (p *Plugin) GC(ctx context.Context) error {
 			continue
 		}
 		p.forget(a.ContainerID, a.Network, a.IfName)
+		p.opts.Metrics.GCAttachmentReleased()
 	}
 	for _, r := range plan.staleRecorded {
 		if err := p.delRecorded(ctx, r.id, r.entry); err != nil {
@@ -231,6 +232,7 @@ func (p *Plugin) GC(ctx context.Context) error {
 			continue
 		}
 		p.forget(r.id, r.entry.Network, r.entry.IfName)
+		p.opts.Metrics.GCAttachmentReleased()
 	}
 
 	def, _ := p.getDefaultNetwork()

@@ -59,6 +59,8 @@ type Manager struct {
 	clock clock.Clock
 	// writeErr is handed to every follower (see followSpec); tests only.
 	writeErr func() error
+	// onRestart is called at each restart of a follower (WithOnRestart).
+	onRestart func()
 
 	mu        sync.Mutex
 	followers map[string]*managed
@@ -96,6 +98,10 @@ type ManagerOption func(*Manager)
 // container exited (Docker ends a followed stream then), and nothing is
 // restarted after it.
 func WithStateFunc(f StateFunc) ManagerOption { return func(m *Manager) { m.state = f } }
+
+// WithOnRestart sets a function called each time a follower is restarted
+// after its stream ended or failed (the daemon counts them in a metric).
+func WithOnRestart(f func()) ManagerOption { return func(m *Manager) { m.onRestart = f } }
 
 // WithClock sets the clock that times restarts; tests pass a fake one.
 func WithClock(c clock.Clock) ManagerOption { return func(m *Manager) { m.clock = c } }
@@ -223,6 +229,9 @@ func (m *Manager) supervise(ctx context.Context, e *managed) {
 		}
 		delay = min(2*delay, restartMaxDelay)
 
+		if m.onRestart != nil {
+			m.onRestart()
+		}
 		next := newFollower(m.src, spec)
 		e.setCurrent(next) // before the start: a Reopen meanwhile reaches it
 		next.start(ctx)    // an error ends next, and the loop sees it

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func (s *liveSource) change(f func()) {
 	s.changed = make(chan struct{})
 }
 
-func (s *liveSource) add(m dockerMsg)            { s.change(func() { s.msgs = append(s.msgs, m) }) }
+func (s *liveSource) add(m dockerMsg) { s.change(func() { s.msgs = append(s.msgs, m) }) }
 
 // addUnfollowed adds a message only a read without follow returns.
 func (s *liveSource) addUnfollowed(m dockerMsg) {
@@ -221,6 +222,8 @@ func TestFollowerRestartsAfterFullDisk(t *testing.T) {
 		return nil
 	}
 	setFull := func(v bool) { mu.Lock(); full = v; mu.Unlock() }
+	var restarts atomic.Int32
+	m.onRestart = func() { restarts.Add(1) } // as WithOnRestart sets it
 
 	src.add(dockerMsg{frameStdout, at(1), "one\n"})
 	if err := m.Start(context.Background(), "c1", path, false); err != nil {
@@ -246,6 +249,9 @@ func TestFollowerRestartsAfterFullDisk(t *testing.T) {
 		entry(at(3), Stdout, "F", "three"))
 	if n := len(src.callList()); n != 4 {
 		t.Errorf("%d streams, want 4", n)
+	}
+	if n := restarts.Load(); n != 3 {
+		t.Errorf("onRestart called %d times, want 3 (one per restart)", n)
 	}
 	if _, ok := m.Following("c1"); !ok {
 		t.Error("follower gone although the container runs")

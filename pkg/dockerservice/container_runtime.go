@@ -46,8 +46,8 @@ type containerRuntime struct {
 	cgroupDriver *runtimeapi.CgroupDriver
 }
 
-func newContainerRuntime(client DockerClient) *containerRuntime {
-	logs := crilog.NewManager(client, crilog.WithStateFunc(logState(client)))
+func newContainerRuntime(client DockerClient, logOpts ...crilog.ManagerOption) *containerRuntime {
+	logs := crilog.NewManager(client, append([]crilog.ManagerOption{crilog.WithStateFunc(logState(client))}, logOpts...)...)
 	c := &containerRuntime{
 		logs:     logs,
 		streams:  newLogStreams(logs),

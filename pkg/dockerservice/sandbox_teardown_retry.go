@@ -78,8 +78,12 @@ func (ds *DockerService) retryPendingTearDowns(ctx context.Context) {
 	klog.InfoS("Tearing down the networks of sandboxes whose infra container is not running", "count", len(ids))
 	sem := make(chan struct{}, startupTearDownWorkers)
 	var wg sync.WaitGroup
+	ds.cfg.Metrics.AddTeardownPending(len(ids))
 	for _, id := range ids {
-		wg.Go(func() { ds.retryTearDown(ctx, id, sem) })
+		wg.Go(func() {
+			defer ds.cfg.Metrics.AddTeardownPending(-1)
+			ds.retryTearDown(ctx, id, sem)
+		})
 	}
 	wg.Wait()
 }

@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/internal/testutil"
+	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -54,7 +55,8 @@ func TestStartupRetriesTearDownOfDeadSandboxes(t *testing.T) {
 
 	// The daemon restarts; the plugin fails at first.
 	plugin := &fakePlugin{downErr: errors.New("plugin unreachable")}
-	ds, err := NewDockerService(Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake"}, e.docker, e.ckpt, []network.NetworkPlugin{plugin})
+	m := metrics.New()
+	ds, err := NewDockerService(Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake", Metrics: m}, e.docker, e.ckpt, []network.NetworkPlugin{plugin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,10 +71,14 @@ func TestStartupRetriesTearDownOfDeadSandboxes(t *testing.T) {
 	if plugin.held() != 3 {
 		t.Fatalf("%d IPs held while the plugin fails, want 3", plugin.held())
 	}
+	if n := gaugeValue(t, m, "netshim_teardown_retries_pending", nil); n != 2 {
+		t.Errorf("teardown retries pending = %v while both fail, want 2", n)
+	}
 	plugin.mu.Lock()
 	plugin.downErr = nil
 	plugin.mu.Unlock()
 	testutil.Eventually(t, "the dead sandboxes' IPs to be released", func() bool { return !plugin.holds(dead) && !plugin.holds(removed) })
+	testutil.Eventually(t, "no teardown retry pending", func() bool { return gaugeValue(t, m, "netshim_teardown_retries_pending", nil) == 0 })
 
 	if !plugin.holds(live) || plugin.callCount("TearDownPod "+live) != 0 {
 		t.Errorf("the running sandbox was torn down (holds its IP: %v; calls: %v)", plugin.holds(live), plugin.calls)

@@ -19,10 +19,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/index"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/keylock"
 	"github.com/netshim/netshim/pkg/layerusage"
+	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -45,6 +47,9 @@ type Config struct {
 	// LayerUsage tunes the background measuring of containers' writable
 	// layers (container_layer.go); zero fields take the defaults.
 	LayerUsage layerusage.Options
+	// Metrics, if set, receives the service's metrics (metrics.go); nil
+	// records nothing.
+	Metrics *metrics.Metrics
 }
 
 // DockerService implements the CRI on Docker.
@@ -130,7 +135,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		checkpointIssues: map[string]checkpointIssue{},
 		creating:         map[string]bool{},
 		imagePresent:     map[string]bool{},
-		containers:       newContainerRuntime(client),
+		containers:       newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
 	}
 	ds.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
 	ds.index = ds.newIndex()
@@ -139,6 +144,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	ds.containers.stats.writableLayer = ds.layers.writableLayer
 	ds.events = newContainerEvents(ds)
 	ds.store.OnChange(ds.events.touch)
+	cfg.Metrics.SetStateCounts(ds.countByState) // metrics.go
 	ds.containers.streams.onSettled = ds.events.touch
 	if err := ds.loadCheckpoints(); err != nil {
 		return nil, err

@@ -26,7 +26,7 @@ func ownedFilter() filters.Args { return filters.NewArgs(filters.Arg("label", la
 
 // newIndex builds the index over Docker with this package's decoder.
 func (ds *DockerService) newIndex() *index.Index {
-	return index.New(ds.client, recordFromInspect, index.Options{Filter: ownedFilter(), BeforeSynced: ds.beforeIndexSynced, OnSync: ds.onIndexSync})
+	return index.New(ds.client, recordFromInspect, index.Options{Filter: ownedFilter(), BeforeSynced: ds.beforeIndexSynced, OnSync: ds.onIndexSync, Metrics: ds.cfg.Metrics})
 }
 
 // Start keeps the index in sync with Docker until ctx ends. It returns once

@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/cni"
+	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -70,6 +71,8 @@ type Options struct {
 	StateDir string
 	// Exec runs the plugins; nil runs the binaries. Tests inject a fake.
 	Exec invoke.Exec
+	// Metrics is handed to the CNI plugin underneath (cni.Options).
+	Metrics *metrics.Metrics
 }
 
 // Plugin is the kubenet network plugin. Create it with NewPlugin.
@@ -113,6 +116,7 @@ func NewPlugin(opts Options) *Plugin {
 			StateDir: opts.StateDir,
 			Timeout:  opts.Timeout,
 			Exec:     opts.Exec,
+			Metrics:  opts.Metrics,
 		}),
 		ipt:              execIPTables{},
 		detectMTU:        defaultRouteMTU,

@@ -24,6 +24,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+	"github.com/netshim/netshim/pkg/metrics"
 )
 
 // Client is the part of the Docker API the index uses.
@@ -69,6 +70,8 @@ type Options struct {
 	// are refused until then); ctx ends with that stream. It must be
 	// quick or bounded: events are not applied while it runs.
 	BeforeSynced func(ctx context.Context)
+	// Metrics, if set, counts events applied, their lag and resyncs.
+	Metrics *metrics.Metrics
 }
 
 func (o *Options) setDefaults() {

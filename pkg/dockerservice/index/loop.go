@@ -106,8 +106,10 @@ func (x *Index) session(ctx context.Context) (synced bool, err error) {
 			return synced, err
 		case m := <-msgs:
 			x.apply(m)
+			x.opts.Metrics.IndexEventApplied(eventTime(m), time.Now())
 		case err := <-resyncDone:
 			running = false
+			x.opts.Metrics.IndexResynced(err)
 			switch {
 			case err != nil && !synced:
 				// No trustworthy index on this stream: start over.
@@ -285,4 +287,16 @@ func inspectFromSummary(s container.Summary) container.InspectResponse {
 		},
 		Config: &container.Config{Labels: s.Labels, Image: s.Image},
 	}
+}
+
+// eventTime is when Docker says the event happened, or zero if it does not
+// say.
+func eventTime(m events.Message) time.Time {
+	switch {
+	case m.TimeNano != 0:
+		return time.Unix(0, m.TimeNano)
+	case m.Time != 0:
+		return time.Unix(m.Time, 0)
+	}
+	return time.Time{}
 }

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/netshim/netshim/pkg/metrics"
+)
+
+func parseFlags(t *testing.T, args ...string) (*options, error) {
+	t.Helper()
+	opts := defaultOptions()
+	fs := pflag.NewFlagSet("netshim", pflag.ContinueOnError)
+	opts.addFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return opts, opts.validate()
+}
+
+func TestMetricsBindAddressFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    string // the address listened on; "" = off
+		wantErr string
+	}{
+		{args: nil, want: ""},
+		{args: []string{"--metrics-bind-address=:9090"}, want: "127.0.0.1:9090"},
+		{args: []string{"--metrics-bind-address=0.0.0.0:9090"}, want: "0.0.0.0:9090"},
+		{args: []string{"--metrics-bind-address=[::1]:9090"}, want: "[::1]:9090"},
+		{args: []string{"--metrics-bind-address=9090"}, wantErr: "--metrics-bind-address"},
+		{args: []string{"--metrics-bind-address=localhost:"}, wantErr: "missing port"},
+	} {
+		opts, err := parseFlags(t, tc.args...)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: error %v, want one mentioning %q", tc.args, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		got := ""
+		if opts.metricsBindAddress != "" {
+			got, _ = metrics.ListenAddress(opts.metricsBindAddress)
+		}
+		if got != tc.want {
+			t.Errorf("%v: listens on %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestStartMetricsServer(t *testing.T) {
+	bound, stop, err := startMetricsServer("", nil, nil)
+	if err != nil || bound != nil {
+		t.Fatalf("off: bound %v, err %v", bound, err)
+	}
+	stop()
+
+	ready := func() (bool, string) { return false, "not synced" }
+	bound, stop, err = startMetricsServer(":0", metrics.New(), ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bound.(*net.TCPAddr).IP.IsLoopback() {
+		t.Errorf("%q bound %v, want loopback", ":0", bound)
+	}
+	for path, code := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable, "/metrics": http.StatusOK} {
+		resp, err := http.Get("http://" + bound.String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != code {
+			t.Errorf("%s: %d, want %d", path, resp.StatusCode, code)
+		}
+	}
+	stop()
+	if _, err := http.Get("http://" + bound.String() + "/healthz"); err == nil {
+		t.Error("still serving after stop")
+	}
+
+	// A port already taken is a start-up error.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	if _, _, err := startMetricsServer(busy.Addr().String(), metrics.New(), ready); err == nil {
+		t.Errorf("started on busy %s", busy.Addr())
+	}
+}
