@@ -147,6 +147,17 @@ func stepRestart(t *testing.T, clk *testingclock.FakeClock, delay time.Duration)
 	clk.Step(time.Millisecond)
 }
 
+// waitFollowerDone waits, boundedly, until m no longer copies id's log
+// after the container exited.
+func waitFollowerDone(t *testing.T, m *Manager, id string) {
+	t.Helper()
+	select {
+	case <-m.Done(id):
+	case <-time.After(10 * time.Second):
+		t.Fatalf("follower of %s did not end after the exit", id)
+	}
+}
+
 func newSupervised(t *testing.T, src *liveSource) (*Manager, *testingclock.FakeClock) {
 	clk := testingclock.NewFakeClock(time.Now())
 	m := NewManager(src, WithStateFunc(src.stateOf), WithClock(clk))
@@ -194,11 +205,7 @@ func TestFollowerRestartsWhenStreamEndsWhileRunning(t *testing.T) {
 	// the follower ends once the stream has ended.
 	src.add(dockerMsg{frameStdout, at(4), "four\n"})
 	src.setState(StateExited)
-	select {
-	case <-m.Done("c1"):
-	case <-time.After(10 * time.Second):
-		t.Fatal("follower did not end after the exit")
-	}
+	waitFollowerDone(t, m, "c1")
 	waitLines(t, path, append(want, entry(at(4), Stdout, "F", "four"))...)
 	if _, ok := m.Following("c1"); ok {
 		t.Error("exited container still followed")
@@ -354,11 +361,7 @@ func TestFollowerDrainsAfterExit(t *testing.T) {
 	src.add(dockerMsg{frameStdout, at(2), "two "})
 	src.addUnfollowed(dockerMsg{frameStdout, at(3), "DONE"})
 	src.setState(StateExited)
-	select {
-	case <-m.Done("c1"):
-	case <-time.After(10 * time.Second):
-		t.Fatal("follower did not end after the exit")
-	}
+	waitFollowerDone(t, m, "c1")
 	checkLines(t, path,
 		entry(at(1), Stdout, "F", "one"),
 		entry(at(2), Stdout, "P", "two "),
