@@ -21,6 +21,7 @@ var SkipList = []Skip{
 	// Root without CAP_SYS_RESOURCE.
 	{`\[sig-node\] PrivilegedPod \[NodeConformance\] should enable privileged commands`, "runs a privileged container: Docker 20.10 (runc 1.1.5) cannot start one here, root lacking CAP_SYS_RESOURCE"},
 	{`Mount recursive read-only .* should accept (non-)?recursive read-only mounts`, "its pod mounts a tmpfs from a privileged init container with Bidirectional propagation: no privileged container starts under Docker 20.10 here (no CAP_SYS_RESOURCE)"},
+	{`MirrorPod when recreating a static pod .* temporarily failed termination due to volume failing to unmount`, "its static pod mounts an NFS volume served by a privileged pod (e2e-test-images/volume/nfs): no privileged container, nor its sandbox, starts under Docker 20.10 here (no CAP_SYS_RESOURCE), and that image is not built here"},
 	{`\[sig-storage\] HostPath should support (r/w|subPath) \[NodeConformance\]`, "its containers are privileged (to write the host directory): no privileged container, nor the sandbox of a pod that has one, starts under Docker 20.10 here (no CAP_SYS_RESOURCE)"},
 
 	// kubelet is not a systemd unit here.
@@ -32,6 +33,7 @@ var SkipList = []Skip{
 	{`ReloadKubeletClientCAFileTest`, reasonNoSystemd},
 	{`ImageGarbageCollect \[Serial\] \[NodeConformance\] when ImageMaximumGCAge is set`, reasonNoSystemd + " (it rewrites kubelet's config and restarts it)"},
 	{`Kubelet Endpoints \[NodeConformance\] \[Serial\] when config is updated`, reasonNoSystemd + " (it rewrites kubelet's config and restarts it)"},
+	{`OOMKiller \[LinuxOnly\] \[NodeConformance\] \[Serial\]`, reasonNoSystemd + " (each case rewrites kubelet's config, singleProcessOOMKill, and restarts it, through sudo systemctl)"},
 
 	// Images that cannot be made offline (hack/node-e2e-images.sh blocked).
 	{`should be able to pull from private registry with secret`, reasonPrivate},
