@@ -1,5 +1,6 @@
 // Package testutil holds the few helpers that unit tests across netshim's
-// packages share: a bounded poll and a look at a host process's state.
+// packages share: a bounded poll, a look at a host process's state, and a
+// metric's value.
 package testutil
 
 import (

@@ -7,39 +7,17 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
+	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
 )
 
 // metricValue is the counter value, or histogram sample count, of the
-// series of family with exactly labels; 0 if there is none.
+// series of family with labels; 0 if there is none.
 func metricValue(t *testing.T, m *metrics.Metrics, family string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != family {
-			continue
-		}
-	series:
-		for _, s := range mf.GetMetric() {
-			if len(s.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range s.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue series
-				}
-			}
-			if h := s.GetHistogram(); h != nil {
-				return float64(h.GetSampleCount())
-			}
-			return s.GetCounter().GetValue()
-		}
-	}
-	return 0
+	v, _ := testutil.MetricValue(t, m.Registry(), family, labels)
+	return v
 }
 
 func TestInstrumentCNINilMetricsIsTheCNI(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/metrics"
 )
 
@@ -15,23 +16,8 @@ import (
 // include labels, or -1 if there is none.
 func gaugeValue(t *testing.T, m *metrics.Metrics, family string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != family {
-			continue
-		}
-	series:
-		for _, s := range mf.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue series
-				}
-			}
-			return s.GetGauge().GetValue()
-		}
+	if v, ok := testutil.MetricValue(t, m.Registry(), family, labels); ok {
+		return v
 	}
 	return -1
 }

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	nstestutil "github.com/netshim/netshim/internal/testutil"
 )
 
 func TestObserveFeedsEachFamily(t *testing.T) {
@@ -175,30 +177,10 @@ func TestInterceptorsRecordMethodAndCode(t *testing.T) {
 	}
 }
 
-// histogramCount is the sample count of the series of family with exactly
-// labels, or 0 if there is none.
+// histogramCount is the sample count of the series of family with labels,
+// or 0 if there is none.
 func histogramCount(t *testing.T, m *Metrics, family string, labels map[string]string) uint64 {
 	t.Helper()
-	mfs, err := m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != family {
-			continue
-		}
-	series:
-		for _, s := range mf.GetMetric() {
-			if len(s.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range s.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue series
-				}
-			}
-			return s.GetHistogram().GetSampleCount()
-		}
-	}
-	return 0
+	v, _ := nstestutil.MetricValue(t, m.reg, family, labels)
+	return uint64(v)
 }

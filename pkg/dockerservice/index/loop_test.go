@@ -15,28 +15,8 @@ import (
 // of family in m (the first series whose labels include labels).
 func gathered(t *testing.T, m *metrics.Metrics, family string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != family {
-			continue
-		}
-	series:
-		for _, s := range mf.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue series
-				}
-			}
-			if h := s.GetHistogram(); h != nil {
-				return float64(h.GetSampleCount())
-			}
-			return s.GetCounter().GetValue()
-		}
-	}
-	return 0
+	v, _ := testutil.MetricValue(t, m.Registry(), family, labels)
+	return v
 }
 
 func TestLoopCountsEventsLagAndResyncs(t *testing.T) {
