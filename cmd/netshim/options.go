@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -43,6 +44,8 @@ type options struct {
 	streamingAddress    string
 	layerInterval       time.Duration
 	metricsBindAddress  string
+	adoptCRIDockerd     bool
+	criDockerdRootDir   string
 }
 
 func defaultOptions() *options {
@@ -65,6 +68,7 @@ func defaultOptions() *options {
 		shutdownTimeout:     10 * time.Second,
 		streamingAddress:    streaming.DefaultAddr,
 		layerInterval:       layerusage.DefaultInterval,
+		criDockerdRootDir:   "/var/lib/cri-dockerd",
 	}
 }
 
@@ -94,6 +98,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.streamingAddress, "streaming-address", o.streamingAddress, "host:port of the HTTP server for exec, attach and port-forward sessions (the URLs the CRI Exec/Attach/PortForward RPCs return). Port 0 picks a free port. It has no authentication besides single-use tokens: keep it on loopback, where kubelet reaches it.")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", o.metricsBindAddress, "[host]:port of the HTTP endpoint serving Prometheus metrics (/metrics), /healthz, /readyz and /debug/pprof/. Empty (the default) turns it off. Without a host (\":9090\") it binds 127.0.0.1: it has no authentication and pprof exposes the process's memory, so give a host (e.g. 0.0.0.0:9090) only on a trusted network.")
 	fs.DurationVar(&o.layerInterval, "writable-layer-measure-interval", o.layerInterval, "How often the disk usage of a container's writable layer (ContainerStats' writable_layer, kubelet's container rootfs) is measured, in the background. A layer too big to walk in one short slice is measured less often each time, down to once per 30 minutes or this interval if longer.")
+	fs.BoolVar(&o.adoptCRIDockerd, "adopt-cri-dockerd", o.adoptCRIDockerd, "Take over the pods cri-dockerd runs on the same Docker engine: its sandboxes and containers are listed with their ids, metadata and states, their host ports come from its checkpoints in --cri-dockerd-root-dir, their IPs from libcni's cache (use cri-dockerd's --cni-cache-dir), and their logs continue in CRI format. Keep it on while such pods remain (docs/migrate-from-cri-dockerd.md).")
+	fs.StringVar(&o.criDockerdRootDir, "cri-dockerd-root-dir", o.criDockerdRootDir, "cri-dockerd's --root-directory, whose sandbox/ checkpoints --adopt-cri-dockerd reads.")
 
 	// klog's flags (-v, --vmodule, --logtostderr...) as kubelet has them.
 	gofs := flag.NewFlagSet("klog", flag.ExitOnError)
@@ -140,6 +146,9 @@ func (o *options) validate() error {
 	}
 	if o.layerInterval <= 0 {
 		return fmt.Errorf("--writable-layer-measure-interval %s: must be positive", o.layerInterval)
+	}
+	if o.adoptCRIDockerd && (!filepath.IsAbs(o.criDockerdRootDir) || filepath.Clean(o.criDockerdRootDir) == filepath.Clean(o.rootDir)) {
+		return fmt.Errorf("--cri-dockerd-root-dir %q: want cri-dockerd's absolute root directory, not netshim's --root-dir", o.criDockerdRootDir)
 	}
 	if o.podInfraImage == "" {
 		return fmt.Errorf("--pod-infra-container-image must not be empty")

@@ -120,6 +120,9 @@ func run(ctx context.Context, opts *options) error {
 		RootDir:     opts.rootDir,
 		LayerUsage:  layerusage.Options{Interval: opts.layerInterval},
 		Metrics:     m,
+
+		AdoptCRIDockerd:   opts.adoptCRIDockerd,
+		CRIDockerdRootDir: opts.criDockerdRootDir,
 	}, client, checkpoints, plugins)
 	if err != nil {
 		return err

@@ -109,6 +109,8 @@ type containerInfo struct {
 	// resources are the container's current limits, from its HostConfig;
 	// nil when the record was not built from one.
 	resources *runtimeapi.LinuxContainerResources
+	// adopted marks a container cri-dockerd made (adopt_labels.go).
+	adopted bool
 }
 
 // decodeContainerMeta decodes a workload container's meta label. Its

@@ -74,6 +74,18 @@ func (ds *DockerService) containerLogPath(dir, rel string) (string, error) {
 // it was obtained: from a CreateContainer just now, or from the label of a
 // container created by an older netshim. It only reads the file system.
 func (ds *DockerService) checkLogFilePath(path string) error {
+	if err := ds.checkLogPathPlace(path); err != nil {
+		return err
+	}
+	if err := crilog.Check(path); err != nil {
+		return fmt.Errorf("log file %s: %w", path, err)
+	}
+	return nil
+}
+
+// checkLogPathPlace is the part of checkLogFilePath that does not look at
+// the file: the path is absolute, clean and outside netshim's root dir.
+func (ds *DockerService) checkLogPathPlace(path string) error {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 		return fmt.Errorf("log file path %q is not an absolute clean path", path)
 	}
@@ -81,9 +93,6 @@ func (ds *DockerService) checkLogFilePath(path string) error {
 		if isUnder(path, root) || path == root {
 			return fmt.Errorf("log file %s is inside netshim's root directory %s, which holds netshim's own state; use a log_directory outside it", path, root)
 		}
-	}
-	if err := crilog.Check(path); err != nil {
-		return fmt.Errorf("log file %s: %w", path, err)
 	}
 	return nil
 }

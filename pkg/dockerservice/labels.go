@@ -164,6 +164,8 @@ type sandboxInfo struct {
 	annotations    map[string]string
 	nsOptions      *runtimeapi.NamespaceOption
 	runtimeHandler string
+	// adopted marks a sandbox cri-dockerd made (adopt_labels.go).
+	adopted bool
 }
 
 // kindFromLabels is the kind of container labelType claims; 0 when it is

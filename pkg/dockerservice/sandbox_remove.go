@@ -40,6 +40,7 @@ func (ds *DockerService) RemovePodSandbox(ctx context.Context, r *runtimeapi.Rem
 	if err := ds.removeCheckpoint(ref.id); err != nil {
 		return nil, err
 	}
+	ds.removeCRIDockerdCheckpoint(ctx, ref.id) // adopt.go
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }
 

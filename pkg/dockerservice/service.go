@@ -50,6 +50,11 @@ type Config struct {
 	// Metrics, if set, receives the service's metrics (metrics.go); nil
 	// records nothing.
 	Metrics *metrics.Metrics
+	// AdoptCRIDockerd takes over the sandboxes and containers cri-dockerd
+	// made on the same engine, and its checkpoints under
+	// CRIDockerdRootDir (adopt.go).
+	AdoptCRIDockerd   bool
+	CRIDockerdRootDir string
 }
 
 // DockerService implements the CRI on Docker.

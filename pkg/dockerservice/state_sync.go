@@ -21,12 +21,25 @@ import (
 // versionTimeout bounds the version read made when the stream connects.
 const versionTimeout = 10 * time.Second
 
-// ownedFilter selects the containers netshim owns.
-func ownedFilter() filters.Args { return filters.NewArgs(filters.Arg("label", labelType)) }
+// ownedFilter selects the containers netshim owns. Taking over
+// cri-dockerd's containers, it cannot select by label: Docker ANDs label
+// filters, and cri-dockerd's containers carry none of netshim's. The
+// listings and events then cover every container, and the decoder keeps
+// the pods' (on a Kubernetes node, nearly all of them).
+func ownedFilter(adopt bool) filters.Args {
+	if adopt {
+		return filters.NewArgs()
+	}
+	return filters.NewArgs(filters.Arg("label", labelType))
+}
 
 // newIndex builds the index over Docker with this package's decoder.
 func (ds *DockerService) newIndex() *index.Index {
-	return index.New(ds.client, recordFromInspect, index.Options{Filter: ownedFilter(), BeforeSynced: ds.beforeIndexSynced, OnSync: ds.onIndexSync, Metrics: ds.cfg.Metrics})
+	decode := recordFromInspect
+	if ds.cfg.AdoptCRIDockerd {
+		decode = recordFromInspectAdopting
+	}
+	return index.New(ds.client, decode, index.Options{Filter: ownedFilter(ds.cfg.AdoptCRIDockerd), BeforeSynced: ds.beforeIndexSynced, OnSync: ds.onIndexSync, Metrics: ds.cfg.Metrics})
 }
 
 // Start keeps the index in sync with Docker until ctx ends. It returns once
@@ -54,12 +67,19 @@ func (ds *DockerService) Start(ctx context.Context) {
 
 // beforeIndexSynced runs each time a new events stream has synced the
 // index, before readers are let in; ctx ends with that stream. The first
-// time, sandboxes whose checkpoint could not be loaded are rebuilt
-// (checkpoint_recover.go), so that no reader sees them without one; every
+// time, the pods cri-dockerd left are taken over (adopt.go, with
+// --adopt-cri-dockerd) and sandboxes whose checkpoint could not be loaded
+// are rebuilt (checkpoint_recover.go), so that no reader sees them without
+// one; every
 // time, log copies are marked and resumed (container_log.go), so that no
 // exit is reported before its log is drained.
 func (ds *DockerService) beforeIndexSynced(ctx context.Context) {
-	ds.recoverOnce.Do(func() { ds.recoverCheckpoints(context.WithoutCancel(ctx)) })
+	ds.recoverOnce.Do(func() {
+		if ds.cfg.AdoptCRIDockerd {
+			ds.adoptCRIDockerd(context.WithoutCancel(ctx))
+		}
+		ds.recoverCheckpoints(context.WithoutCancel(ctx))
+	})
 	ds.resumeContainerLogs(ctx) // marks, then works in the background
 }
 
@@ -119,16 +139,47 @@ func recordFromInspect(c container.InspectResponse) *store.Record {
 	if c.ContainerJSONBase == nil || c.Config == nil {
 		return nil
 	}
-	labels := c.Config.Labels
-	kind, extra := decodeOwned(c.ID, labels)
+	kind, extra := decodeOwned(c.ID, c.Config.Labels)
 	if kind == 0 {
 		return nil
 	}
+	return newRecord(c, kind, extra, c.Config.Labels[labelSandboxID])
+}
+
+// recordFromInspectAdopting is recordFromInspect that also takes the
+// sandboxes and containers cri-dockerd made (--adopt-cri-dockerd). A
+// container with netshim's labels is netshim's, whatever else it says.
+func recordFromInspectAdopting(c container.InspectResponse) *store.Record {
+	if c.ContainerJSONBase == nil || c.Config == nil {
+		return nil
+	}
+	if kindFromLabels(c.Config.Labels) != 0 {
+		return recordFromInspect(c)
+	}
+	kind, extra, err := decodeCRIDockerd(c)
+	if err != nil {
+		klog.InfoS("Ignoring a container labelled as cri-dockerd's: its name or labels are not what cri-dockerd writes", "containerID", c.ID, "err", err)
+		return nil
+	}
+	if kind == 0 {
+		return nil
+	}
+	sandboxID := ""
+	if kind == store.KindContainer {
+		sandboxID = c.Config.Labels[criDockerdLabelSandboxID]
+	}
+	return newRecord(c, kind, extra, sandboxID)
+}
+
+// newRecord is the index record of a container of the given kind, with
+// its decoded labels.
+func newRecord(c container.InspectResponse, kind store.Kind, extra any, sandboxID string) *store.Record {
+	labels := c.Config.Labels
 	r := &store.Record{
 		ID:           c.ID,
 		Kind:         kind,
 		Name:         trimSlash(c.Name),
-		SandboxID:    labels[labelSandboxID],
+		SandboxID:    sandboxID,
 		DockerLabels: labels,
 		Image:        c.Config.Image,
 		ImageID:      c.Image,

@@ -1,0 +1,252 @@
+package dockerservice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/crilog"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+)
+
+// Taking over cri-dockerd's pods, once the index has read them
+// (adopt_labels.go decodes them): before kubelet is let in, each adopted
+// sandbox gets a netshim checkpoint made from cri-dockerd's (its host
+// ports) and from libcni's cache or its netns (its IPs), and each adopted
+// container's log, a symlink to Docker's json-file log under cri-dockerd,
+// becomes a CRI log file that the log followers fill from the start of
+// Docker's log. From then on they are netshim's pods: stop and remove tear
+// their network down from libcni's cache, which holds the config and
+// arguments cri-dockerd's ADD was given, and remove cri-dockerd's
+// checkpoint with netshim's.
+
+// criDockerdCheckpointDir is where cri-dockerd keeps its sandbox
+// checkpoints under its root directory.
+const criDockerdCheckpointDir = "sandbox"
+
+// criDockerdCheckpoint is cri-dockerd's checkpoint of a sandbox, as far as
+// netshim reads it. Its checksum is not checked: cri-dockerd computes it
+// over a Go-syntax dump of its own types, which cannot be recomputed
+// outside them. The file is cross-checked with the sandbox instead.
+type criDockerdCheckpoint struct {
+	Version   string `json:"version"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Data      *struct {
+		PortMappings []*struct {
+			Protocol      *string `json:"protocol,omitempty"`
+			ContainerPort *int32  `json:"container_port,omitempty"`
+			HostPort      *int32  `json:"host_port,omitempty"`
+			HostIP        string  `json:"host_ip,omitempty"`
+		} `json:"port_mappings,omitempty"`
+		HostNetwork bool `json:"host_network,omitempty"`
+	} `json:"data,omitempty"`
+}
+
+// criDockerdCheckpointPath is the file of sandbox id under cri-dockerd's
+// root directory; "" for an id that is not a plain name.
+func (ds *DockerService) criDockerdCheckpointPath(id string) string {
+	if id == "" || strings.ContainsAny(id, "/\x00") || id == "." || id == ".." {
+		return ""
+	}
+	return filepath.Join(ds.cfg.CRIDockerdRootDir, criDockerdCheckpointDir, id)
+}
+
+// readCRIDockerdCheckpoint reads cri-dockerd's checkpoint of a sandbox,
+// checked against the sandbox's metadata; a missing file is (nil, nil).
+func (ds *DockerService) readCRIDockerdCheckpoint(id string, md *runtimeapi.PodSandboxMetadata) (*criDockerdCheckpoint, error) {
+	path := ds.criDockerdCheckpointPath(id)
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading cri-dockerd's checkpoint: %w", err)
+	}
+	var cp criDockerdCheckpoint
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return nil, fmt.Errorf("cri-dockerd's checkpoint %s: %w", path, err)
+	}
+	if cp.Version != "v1" {
+		return nil, fmt.Errorf("cri-dockerd's checkpoint %s has version %q; netshim reads v1", path, cp.Version)
+	}
+	if cp.Name != md.GetName() || cp.Namespace != md.GetNamespace() {
+		return nil, fmt.Errorf("cri-dockerd's checkpoint %s is for pod %s/%s, but the sandbox is pod %s/%s", path, cp.Namespace, cp.Name, md.GetNamespace(), md.GetName())
+	}
+	return &cp, nil
+}
+
+// portMappings converts cri-dockerd's host ports. A mapping netshim could
+// not have been given by kubelet (no port, port out of range, unknown
+// protocol) makes the whole checkpoint suspect.
+func (cp *criDockerdCheckpoint) portMappings() ([]checkpoint.PortMapping, error) {
+	if cp.Data == nil {
+		return nil, nil
+	}
+	var out []checkpoint.PortMapping
+	for _, pm := range cp.Data.PortMappings {
+		if pm == nil || pm.ContainerPort == nil || pm.HostPort == nil {
+			continue // cri-dockerd writes no mapping without both ports
+		}
+		proto := "tcp"
+		if pm.Protocol != nil {
+			proto = strings.ToLower(*pm.Protocol)
+		}
+		if proto != "tcp" && proto != "udp" && proto != "sctp" {
+			return nil, fmt.Errorf("host port %d has protocol %q", *pm.HostPort, proto)
+		}
+		if *pm.ContainerPort <= 0 || *pm.ContainerPort > 65535 || *pm.HostPort < 0 || *pm.HostPort > 65535 {
+			return nil, fmt.Errorf("port mapping %d->%d is out of range", *pm.HostPort, *pm.ContainerPort)
+		}
+		if *pm.HostPort == 0 {
+			continue // not a host port: nothing to map
+		}
+		out = append(out, checkpoint.PortMapping{Protocol: proto, ContainerPort: *pm.ContainerPort, HostPort: *pm.HostPort, HostIP: pm.HostIP})
+	}
+	return out, nil
+}
+
+// adoptCRIDockerd makes the adopted sandboxes and logs netshim's. It runs
+// once, after the first sync and before readers are let in.
+func (ds *DockerService) adoptCRIDockerd(ctx context.Context) {
+	sandboxes, logs := 0, 0
+	for _, rec := range ds.store.List(store.KindSandbox) {
+		if sandboxInfoOf(rec).adopted && ds.adoptSandbox(ctx, rec) {
+			sandboxes++
+		}
+	}
+	for _, rec := range ds.store.List(store.KindContainer) {
+		if containerInfoOf(rec).adopted && ds.adoptContainerLog(ctx, rec) {
+			logs++
+		}
+	}
+	klog.InfoS("Took over cri-dockerd's pods", "sandboxes", sandboxes, "logFiles", logs, "criDockerdRootDir", ds.cfg.CRIDockerdRootDir)
+}
+
+// adoptSandbox writes the netshim checkpoint of an adopted sandbox that has
+// none yet (a restarted netshim finds the one it wrote before). It reports
+// whether it wrote one.
+func (ds *DockerService) adoptSandbox(ctx context.Context, rec *store.Record) bool {
+	unlock, err := ds.lifecycle.Lock(ctx, rec.ID)
+	if err != nil {
+		return false
+	}
+	defer unlock()
+	if ds.getCheckpoint(rec.ID) != nil {
+		return false
+	}
+	info := sandboxInfoOf(rec)
+	md := info.metadata
+	cp := &checkpoint.PodSandbox{
+		Version:     checkpoint.CurrentVersion,
+		SandboxID:   rec.ID,
+		Name:        md.GetName(),
+		Namespace:   md.GetNamespace(),
+		UID:         md.GetUid(),
+		Attempt:     md.GetAttempt(),
+		HostNetwork: info.nsOptions.GetNetwork() == runtimeapi.NamespaceMode_NODE,
+		CreatedAt:   rec.CreatedAt,
+		Setup:       checkpoint.SetupReady,
+	}
+	log := klog.FromContext(ctx).WithValues("podSandboxID", rec.ID, "pod", klog.KRef(cp.Namespace, cp.Name))
+	old, err := ds.readCRIDockerdCheckpoint(rec.ID, md)
+	if err == nil && old != nil {
+		cp.PortMappings, err = old.portMappings()
+	}
+	switch {
+	case err != nil:
+		// The host ports are then unknown. portmap deletes a pod's rules
+		// by its container ID, so teardown still removes them.
+		log.Error(err, "Cannot use cri-dockerd's checkpoint of an adopted sandbox; taking it over without its host ports")
+	case old == nil:
+		log.Info("An adopted sandbox has no cri-dockerd checkpoint; taking it over without host ports", "dir", filepath.Join(ds.cfg.CRIDockerdRootDir, criDockerdCheckpointDir))
+	}
+	if !cp.HostNetwork && rec.Running() {
+		sctx, cancel := context.WithTimeout(ctx, recoverStatusTimeout)
+		st, err := ds.network.GetPodNetworkStatus(sctx, podRef(cp))
+		cancel()
+		if err == nil && len(st.IPs) > 0 {
+			cp.IPs, cp.NetworkResult = orderPodIPs(st.IPs), st.Result
+		} else {
+			// As for a lost checkpoint: NOTREADY, so kubelet replaces the
+			// pod, and the start-up teardown frees what its network holds.
+			cp.Setup = checkpoint.SetupPending
+			log.Error(err, "Cannot find the IPs of an adopted sandbox in libcni's cache or its netns; it is reported NOTREADY so that kubelet replaces it")
+		}
+	}
+	if err := ds.putCheckpoint(cp); err != nil {
+		// Kept in memory: the pod stays usable, and the next start
+		// adopts it again.
+		log.Error(err, "Failed to write the checkpoint of an adopted sandbox; keeping it in memory")
+		ds.mu.Lock()
+		ds.sandboxes[cp.SandboxID] = cp
+		ds.mu.Unlock()
+		ds.checkpointChanged(cp.SandboxID)
+	}
+	log.Info("Took over a cri-dockerd sandbox", "ready", cp.Setup == checkpoint.SetupReady, "ips", cp.IPs, "hostPorts", len(cp.PortMappings))
+	return true
+}
+
+// adoptContainerLog replaces the symlink cri-dockerd left at an adopted
+// container's log path with a CRI log file, which the followers started
+// right after fill from the start of Docker's log (or drain, for a
+// container that exited). Only a symlink to this container's own Docker
+// log is replaced. It reports whether it replaced one.
+func (ds *DockerService) adoptContainerLog(ctx context.Context, rec *store.Record) bool {
+	info := containerInfoOf(rec)
+	if info.logPath == "" || rec.StartedAt == 0 {
+		return false
+	}
+	log := klog.FromContext(ctx).WithValues("containerID", rec.ID, "path", info.logPath)
+	if err := ds.checkLogPathPlace(info.logPath); err != nil {
+		log.Error(err, "Not taking over the log of an adopted container")
+		return false
+	}
+	ictx, cancel := context.WithTimeout(ctx, recoverStatusTimeout)
+	c, err := ds.client.ContainerInspect(ictx, rec.ID)
+	cancel()
+	if err != nil {
+		log.Error(err, "Cannot inspect an adopted container to take over its log")
+		return false
+	}
+	if c.ContainerJSONBase == nil || c.LogPath == "" {
+		return false
+	}
+	replaced, err := crilog.ReplaceLink(info.logPath, c.LogPath)
+	if err != nil {
+		log.Error(err, "Cannot take over the log of an adopted container; kubelet keeps reading what is there")
+		return false
+	}
+	if replaced {
+		log.V(2).Info("Took over the log of an adopted container", "dockerLog", c.LogPath)
+	}
+	return replaced
+}
+
+// removeCRIDockerdCheckpoint removes cri-dockerd's checkpoint of an
+// adopted sandbox being removed, so that nothing of the pod is left for
+// cri-dockerd, should the node go back to it.
+func (ds *DockerService) removeCRIDockerdCheckpoint(ctx context.Context, id string) {
+	if !ds.cfg.AdoptCRIDockerd {
+		return
+	}
+	path := ds.criDockerdCheckpointPath(id)
+	if path == "" {
+		return
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		klog.FromContext(ctx).Error(err, "Failed to remove cri-dockerd's checkpoint of a removed sandbox", "podSandboxID", id, "path", path)
+	}
+}

@@ -1,0 +1,343 @@
+package dockerservice
+
+import (
+	"context"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/testutil"
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/network"
+)
+
+const (
+	adoptSandboxID   = "5b1d0000000000000000000000000000000000000000000000000000000000aa"
+	adoptContainerID = "c0de0000000000000000000000000000000000000000000000000000000000bb"
+)
+
+// criDockerdWorld is what cri-dockerd leaves on a node: a running sandbox
+// and container on the engine, its checkpoint, and the container's log
+// path as a symlink to Docker's json-file log.
+type criDockerdWorld struct {
+	docker                      *fakeDocker
+	criRoot, logPath, dockerLog string
+}
+
+func newCRIDockerdWorld(t *testing.T) *criDockerdWorld {
+	t.Helper()
+	w := &criDockerdWorld{docker: newFakeDocker(), criRoot: t.TempDir()}
+	w.docker.images[testPauseImage] = map[string]string{}
+	logDir := filepath.Join(t.TempDir(), "default_web_uid-1", "app")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w.logPath = filepath.Join(logDir, "0.log")
+	w.dockerLog = filepath.Join(t.TempDir(), adoptContainerID+"-json.log")
+	if err := os.WriteFile(w.dockerLog, []byte(`{"log":"hello\n","stream":"stdout","time":"2026-11-24T10:00:00Z"}`+"\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(w.dockerLog, w.logPath); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
+	w.docker.containers[adoptSandboxID] = &container.InspectResponse{
+		ContainerJSONBase: &container.ContainerJSONBase{
+			ID: adoptSandboxID, Name: "/k8s_POD_web_default_uid-1_2", Created: started, Image: "sha256:pause",
+			State:      &container.State{Status: "running", Running: true, Pid: 4242, StartedAt: started},
+			HostConfig: &container.HostConfig{NetworkMode: "none"},
+		},
+		Config: &container.Config{Image: testPauseImage, Labels: map[string]string{
+			criDockerdLabelType:                      typeSandbox,
+			criDockerdLabelContainerName:             "POD",
+			"io.kubernetes.pod.name":                 "web",
+			"io.kubernetes.pod.namespace":            "default",
+			"io.kubernetes.pod.uid":                  "uid-1",
+			"app":                                    "web",
+			"annotation.kubernetes.io/config.source": "file",
+		}},
+	}
+	w.docker.containers[adoptContainerID] = &container.InspectResponse{
+		ContainerJSONBase: &container.ContainerJSONBase{
+			ID: adoptContainerID, Name: "/k8s_app_web_default_uid-1_3", Created: started, Image: "sha256:busybox",
+			State:      &container.State{Status: "running", Running: true, Pid: 4243, StartedAt: started},
+			HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode("container:" + adoptSandboxID)},
+			LogPath:    w.dockerLog,
+		},
+		Config: &container.Config{Image: "busybox:1", StopSignal: "SIGINT", Labels: map[string]string{
+			criDockerdLabelType:                       typeContainer,
+			criDockerdLabelSandboxID:                  adoptSandboxID,
+			criDockerdLabelLogPath:                    w.logPath,
+			criDockerdLabelContainerName:              "app",
+			"io.kubernetes.pod.name":                  "web",
+			"annotation.io.kubernetes.container.hash": "abc123",
+		}},
+		Mounts: []container.MountPoint{
+			{Type: "bind", Source: "/var/lib/kubelet/pods/uid-1/volumes/x", Destination: "/data", RW: true, Propagation: "rslave"},
+			{Type: "volume", Source: "/var/lib/docker/volumes/v", Destination: "/image-volume", RW: true},
+		},
+	}
+	w.docker.addLog(adoptContainerID, false, "hello\n")
+	w.writeCheckpoint(t, `{"version":"v1","name":"web","namespace":"default","data":{"port_mappings":[{"protocol":"TCP","container_port":80,"host_port":8080},{"protocol":"UDP","container_port":53,"host_port":0}]},"checksum":1}`)
+	return w
+}
+
+func (w *criDockerdWorld) writeCheckpoint(t *testing.T, content string) {
+	t.Helper()
+	dir := filepath.Join(w.criRoot, criDockerdCheckpointDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, adoptSandboxID), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs netshim over the world, adopting or not; the network still
+// holds the sandbox's IP, as libcni's cache would say.
+func (w *criDockerdWorld) start(t *testing.T, adopt bool) (*DockerService, *fakePlugin, *checkpoint.Manager) {
+	t.Helper()
+	ckpt, err := checkpoint.NewManager(filepath.Join(t.TempDir(), "sandbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin := &fakePlugin{}
+	cfg := Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake", AdoptCRIDockerd: adopt, CRIDockerdRootDir: w.criRoot}
+	ds, err := NewDockerService(cfg, w.docker, ckpt, []network.NetworkPlugin{plugin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin.ips[adoptSandboxID] = net.ParseIP("10.0.0.7")
+	startService(t, ds)
+	return ds, plugin, ckpt
+}
+
+// Adopted pods are listed as cri-dockerd listed them, are READY with
+// their IP, get a checkpoint with their host ports, and their log becomes
+// a CRI file filled from Docker's log.
+func TestAdoptCRIDockerdPods(t *testing.T) {
+	w := newCRIDockerdWorld(t)
+	ds, plugin, ckpt := w.start(t, true)
+	ctx := context.Background()
+
+	sbs, err := ds.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil || len(sbs.Items) != 1 {
+		t.Fatalf("ListPodSandbox = %v, %v; want the adopted sandbox", sbs, err)
+	}
+	sb := sbs.Items[0]
+	wantLabels := map[string]string{"io.kubernetes.pod.name": "web", "io.kubernetes.pod.namespace": "default", "io.kubernetes.pod.uid": "uid-1", "app": "web"}
+	if sb.Id != adoptSandboxID || sb.State != runtimeapi.PodSandboxState_SANDBOX_READY ||
+		sb.Metadata.Name != "web" || sb.Metadata.Namespace != "default" || sb.Metadata.Uid != "uid-1" || sb.Metadata.Attempt != 2 ||
+		!maps.Equal(sb.Labels, wantLabels) || !maps.Equal(sb.Annotations, map[string]string{"kubernetes.io/config.source": "file"}) {
+		t.Errorf("adopted sandbox = %v", sb)
+	}
+	st, err := ds.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: adoptSandboxID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status.Network.GetIp() != "10.0.0.7" || st.Status.Linux.GetNamespaces().GetOptions().GetNetwork() != runtimeapi.NamespaceMode_POD {
+		t.Errorf("adopted sandbox status: network %v, namespaces %v; want IP 10.0.0.7 and network mode POD", st.Status.Network, st.Status.Linux.GetNamespaces())
+	}
+	cp, err := ckpt.Get(adoptSandboxID)
+	if err != nil {
+		t.Fatalf("netshim checkpoint of the adopted sandbox: %v", err)
+	}
+	if len(cp.PortMappings) != 1 || cp.PortMappings[0] != (checkpoint.PortMapping{Protocol: "tcp", ContainerPort: 80, HostPort: 8080}) || cp.Setup != checkpoint.SetupReady {
+		t.Errorf("netshim checkpoint = %+v; want the one host port and setup ready", cp)
+	}
+
+	cs, err := ds.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil || len(cs.Containers) != 1 {
+		t.Fatalf("ListContainers = %v, %v; want the adopted container", cs, err)
+	}
+	c := cs.Containers[0]
+	if c.Id != adoptContainerID || c.PodSandboxId != adoptSandboxID || c.State != runtimeapi.ContainerState_CONTAINER_RUNNING ||
+		c.Metadata.Name != "app" || c.Metadata.Attempt != 3 ||
+		!maps.Equal(c.Labels, map[string]string{"io.kubernetes.container.name": "app", "io.kubernetes.pod.name": "web"}) ||
+		!maps.Equal(c.Annotations, map[string]string{"io.kubernetes.container.hash": "abc123"}) {
+		t.Errorf("adopted container = %v", c)
+	}
+	cst, err := ds.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: adoptContainerID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cst.Status.LogPath != w.logPath || len(cst.Status.Mounts) != 1 || cst.Status.Mounts[0].ContainerPath != "/data" ||
+		cst.Status.Mounts[0].Propagation != runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER {
+		t.Errorf("adopted container status: log %q mounts %v", cst.Status.LogPath, cst.Status.Mounts)
+	}
+
+	// The symlink is now a CRI log file with the line from before.
+	testutil.Eventually(t, "the adopted log to be a CRI file holding the old line", func() bool {
+		fi, err := os.Lstat(w.logPath)
+		if err != nil || !fi.Mode().IsRegular() {
+			return false
+		}
+		b, _ := os.ReadFile(w.logPath)
+		return strings.Contains(string(b), " stdout F hello\n")
+	})
+	if b, _ := os.ReadFile(w.dockerLog); !strings.HasPrefix(string(b), `{"log":"hello\n"`) {
+		t.Errorf("Docker's own log was changed: %q", b)
+	}
+
+	// Remove tears the network down with the host ports from cri-dockerd's
+	// checkpoint, and leaves neither checkpoint behind.
+	if _, err := ds.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: adoptSandboxID}); err != nil {
+		t.Fatal(err)
+	}
+	plugin.mu.Lock()
+	ports, held := plugin.portsAtDown, plugin.ips[adoptSandboxID] != nil
+	plugin.mu.Unlock()
+	if held || len(ports) != 1 || ports[0].HostPort != 8080 {
+		t.Errorf("after stop: IP held %v, teardown ports %v; want the IP released with host port 8080", held, ports)
+	}
+	if _, err := ds.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: adoptSandboxID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(w.criRoot, criDockerdCheckpointDir, adoptSandboxID)); !os.IsNotExist(err) {
+		t.Errorf("cri-dockerd's checkpoint after remove: %v, want it gone", err)
+	}
+	if _, err := ckpt.Get(adoptSandboxID); err == nil {
+		t.Error("netshim's checkpoint of the removed sandbox is still there")
+	}
+}
+
+// Without --adopt-cri-dockerd, cri-dockerd's pods are not netshim's: not
+// listed, and nothing of theirs is touched.
+func TestCRIDockerdPodsIgnoredWithoutAdopt(t *testing.T) {
+	w := newCRIDockerdWorld(t)
+	ds, _, ckpt := w.start(t, false)
+	sbs, _ := ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{})
+	cs, _ := ds.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{})
+	if len(sbs.GetItems()) != 0 || len(cs.GetContainers()) != 0 {
+		t.Errorf("without adoption: %d sandboxes, %d containers listed; want none", len(sbs.GetItems()), len(cs.GetContainers()))
+	}
+	if ids, _ := ckpt.List(); len(ids) != 0 {
+		t.Errorf("checkpoints written: %v", ids)
+	}
+	if fi, err := os.Lstat(w.logPath); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("cri-dockerd's log symlink: %v, %v; want it untouched", fi, err)
+	}
+}
+
+// A checkpoint that does not match the sandbox, or that netshim cannot
+// read, costs the host ports but not the pod; a sandbox whose IP cannot be
+// found is NOTREADY, so that kubelet replaces it.
+func TestAdoptCRIDockerdBadCheckpointAndNoIP(t *testing.T) {
+	for _, tc := range []struct {
+		name, checkpoint string
+		ip               bool
+		wantState        runtimeapi.PodSandboxState
+	}{
+		{"another pod's checkpoint", `{"version":"v1","name":"db","namespace":"default","data":{"port_mappings":[{"protocol":"TCP","container_port":80,"host_port":8080}]}}`, true, runtimeapi.PodSandboxState_SANDBOX_READY},
+		{"unknown version", `{"version":"v9","name":"web","namespace":"default"}`, true, runtimeapi.PodSandboxState_SANDBOX_READY},
+		{"garbage", `{`, true, runtimeapi.PodSandboxState_SANDBOX_READY},
+		{"bad protocol", `{"version":"v1","name":"web","namespace":"default","data":{"port_mappings":[{"protocol":"ICMP","container_port":80,"host_port":8080}]}}`, true, runtimeapi.PodSandboxState_SANDBOX_READY},
+		{"no IP", `{"version":"v1","name":"web","namespace":"default"}`, false, runtimeapi.PodSandboxState_SANDBOX_NOTREADY},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newCRIDockerdWorld(t)
+			w.writeCheckpoint(t, tc.checkpoint)
+			ckpt, err := checkpoint.NewManager(filepath.Join(t.TempDir(), "sandbox"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			plugin := &fakePlugin{}
+			ds, err := NewDockerService(Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake", AdoptCRIDockerd: true, CRIDockerdRootDir: w.criRoot}, w.docker, ckpt, []network.NetworkPlugin{plugin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.ip {
+				plugin.ips[adoptSandboxID] = net.ParseIP("10.0.0.7")
+			}
+			startService(t, ds)
+			cp, err := ckpt.Get(adoptSandboxID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cp.PortMappings) != 0 {
+				t.Errorf("host ports taken from a checkpoint netshim should not trust: %v", cp.PortMappings)
+			}
+			st, err := ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: adoptSandboxID})
+			if err != nil || st.Status.State != tc.wantState {
+				t.Errorf("state = %v, %v; want %v", st.GetStatus().GetState(), err, tc.wantState)
+			}
+		})
+	}
+}
+
+// cri-dockerd's names and labels decode as cri-dockerd reads them; what
+// does not look like its containers is not taken.
+func TestDecodeCRIDockerd(t *testing.T) {
+	sandbox := func(name string, labels map[string]string, hc *container.HostConfig) container.InspectResponse {
+		return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{ID: "x", Name: name, HostConfig: hc}, Config: &container.Config{Labels: labels}}
+	}
+	sbLabels := map[string]string{criDockerdLabelType: typeSandbox}
+	for _, tc := range []struct {
+		name    string
+		c       container.InspectResponse
+		kind    bool
+		wantErr bool
+		check   func(t *testing.T, extra any)
+	}{
+		{name: "not cri-dockerd's", c: sandbox("/k8s_POD_a_b_c_0", map[string]string{}, nil)},
+		{name: "sandbox with random suffix", c: sandbox("/k8s_POD_a_b_c_1_0a1b2c3d", sbLabels, nil), kind: true, check: func(t *testing.T, extra any) {
+			md := extra.(*sandboxInfo).metadata
+			if md.Name != "a" || md.Namespace != "b" || md.Uid != "c" || md.Attempt != 1 {
+				t.Errorf("metadata = %v", md)
+			}
+		}},
+		{name: "host namespaces", c: sandbox("/k8s_POD_a_b_c_0", sbLabels, &container.HostConfig{NetworkMode: "host", PidMode: "host", IpcMode: "host"}), kind: true, check: func(t *testing.T, extra any) {
+			ns := extra.(*sandboxInfo).nsOptions
+			if ns.Network != runtimeapi.NamespaceMode_NODE || ns.Pid != runtimeapi.NamespaceMode_NODE || ns.Ipc != runtimeapi.NamespaceMode_NODE {
+				t.Errorf("namespaces = %v", ns)
+			}
+		}},
+		{name: "pod namespaces", c: sandbox("/k8s_POD_a_b_c_0", sbLabels, &container.HostConfig{NetworkMode: "none"}), kind: true, check: func(t *testing.T, extra any) {
+			ns := extra.(*sandboxInfo).nsOptions
+			if ns.Network != runtimeapi.NamespaceMode_POD || ns.Pid != runtimeapi.NamespaceMode_CONTAINER || ns.Ipc != runtimeapi.NamespaceMode_POD {
+				t.Errorf("namespaces = %v", ns)
+			}
+		}},
+		{name: "too few fields", c: sandbox("/k8s_POD_a_b_0", sbLabels, nil), wantErr: true},
+		{name: "not k8s prefix", c: sandbox("/x_POD_a_b_c_0", sbLabels, nil), wantErr: true},
+		{name: "sandbox not named POD", c: sandbox("/k8s_app_a_b_c_0", sbLabels, nil), wantErr: true},
+		{name: "bad attempt", c: sandbox("/k8s_POD_a_b_c_x", sbLabels, nil), wantErr: true},
+		{name: "container without sandbox id", c: sandbox("/k8s_app_a_b_c_0", map[string]string{criDockerdLabelType: typeContainer}, nil), wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kind, extra, err := decodeCRIDockerd(tc.c)
+			if (err != nil) != tc.wantErr || (kind != 0) != tc.kind {
+				t.Fatalf("decode = kind %v, err %v; want kind %v, error %v", kind, err, tc.kind, tc.wantErr)
+			}
+			if tc.check != nil {
+				tc.check(t, extra)
+			}
+		})
+	}
+}
+
+// A container with netshim's own labels stays netshim's with adoption on,
+// whatever cri-dockerd labels its image brought.
+func TestAdoptingDecoderPrefersNetshimLabels(t *testing.T) {
+	e := newTestEnv(t)
+	id := e.run(t, podConfig("own"))
+	e.docker.mu.Lock()
+	c := *e.docker.containers[id]
+	e.docker.mu.Unlock()
+	labels := maps.Clone(c.Config.Labels)
+	labels[criDockerdLabelType] = typeContainer
+	cfg := *c.Config
+	cfg.Labels = labels
+	c.Config = &cfg
+	rec := recordFromInspectAdopting(c)
+	if rec == nil || sandboxInfoOf(rec).adopted || sandboxInfoOf(rec).metadata.GetName() != "own" {
+		t.Errorf("record = %+v; want netshim's own sandbox", rec)
+	}
+}
