@@ -132,7 +132,94 @@ func (ds *DockerService) adoptCRIDockerd(ctx context.Context) {
 			logs++
 		}
 	}
-	klog.InfoS("Took over cri-dockerd's pods", "sandboxes", sandboxes, "logFiles", logs, "criDockerdRootDir", ds.cfg.CRIDockerdRootDir)
+	orphans := ds.adoptOrphanCheckpoints(ctx)
+	klog.InfoS("Took over cri-dockerd's pods", "sandboxes", sandboxes, "sandboxesWithoutContainer", orphans, "logFiles", logs, "criDockerdRootDir", ds.cfg.CRIDockerdRootDir)
+}
+
+// adoptOrphanCheckpoints takes over cri-dockerd's checkpoints whose sandbox
+// container is gone. cri-dockerd lists such a sandbox NOTREADY so that
+// kubelet removes it and its network is torn down; its IP is still held
+// until then. netshim lists it the same way, from a checkpoint of its
+// own, and its start-up teardown frees the network from libcni's cache
+// (sandbox_teardown_retry.go). The pod's UID is not in cri-dockerd's
+// checkpoint; it stays empty.
+func (ds *DockerService) adoptOrphanCheckpoints(ctx context.Context) int {
+	dir := filepath.Join(ds.cfg.CRIDockerdRootDir, criDockerdCheckpointDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			klog.FromContext(ctx).Error(err, "Cannot list cri-dockerd's checkpoints", "dir", dir)
+		}
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		id := e.Name()
+		if !e.Type().IsRegular() || !isContainerID(id) {
+			continue
+		}
+		if _, ok := ds.store.Get(id); ok || ds.getCheckpoint(id) != nil {
+			continue
+		}
+		if ds.adoptOrphanCheckpoint(ctx, id) {
+			n++
+		}
+	}
+	return n
+}
+
+func (ds *DockerService) adoptOrphanCheckpoint(ctx context.Context, id string) bool {
+	log := klog.FromContext(ctx).WithValues("podSandboxID", id)
+	path := ds.criDockerdCheckpointPath(id)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		log.Error(err, "Cannot read cri-dockerd's checkpoint of a sandbox without a container")
+		return false
+	}
+	var old criDockerdCheckpoint
+	if err := json.Unmarshal(b, &old); err != nil || old.Version != "v1" || old.Name == "" || old.Namespace == "" {
+		log.Error(err, "Ignoring cri-dockerd's checkpoint of a sandbox without a container: not a v1 checkpoint naming a pod", "path", path)
+		return false
+	}
+	mappings, err := old.portMappings()
+	if err != nil {
+		log.Error(err, "cri-dockerd's checkpoint of a sandbox without a container has unusable host ports; taking it over without them", "path", path)
+	}
+	unlock, err := ds.lifecycle.Lock(ctx, id)
+	if err != nil {
+		return false
+	}
+	defer unlock()
+	cp := &checkpoint.PodSandbox{
+		Version:      checkpoint.CurrentVersion,
+		SandboxID:    id,
+		Name:         old.Name,
+		Namespace:    old.Namespace,
+		HostNetwork:  old.Data != nil && old.Data.HostNetwork,
+		PortMappings: mappings,
+		Setup:        checkpoint.SetupReady,
+	}
+	if err := ds.putCheckpoint(cp); err != nil {
+		log.Error(err, "Failed to write the checkpoint of a cri-dockerd sandbox without a container")
+		return false
+	}
+	log.Info("Took over a cri-dockerd sandbox whose container is gone; its network is torn down", "pod", klog.KRef(cp.Namespace, cp.Name))
+	return true
+}
+
+// isContainerID reports whether s is a full Docker container ID: 64
+// lower-case hex digits. cri-dockerd names its checkpoints so; anything
+// else in its directory is not one.
+func isContainerID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // adoptSandbox writes the netshim checkpoint of an adopted sandbox that has

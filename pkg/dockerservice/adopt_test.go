@@ -341,3 +341,58 @@ func TestAdoptingDecoderPrefersNetshimLabels(t *testing.T) {
 		t.Errorf("record = %+v; want netshim's own sandbox", rec)
 	}
 }
+
+// A cri-dockerd checkpoint whose sandbox container is gone is listed
+// NOTREADY, as cri-dockerd listed it, and its network is freed at start-up;
+// files that are not checkpoints are left alone.
+func TestAdoptCRIDockerdOrphanCheckpoint(t *testing.T) {
+	const orphan = "0bad000000000000000000000000000000000000000000000000000000000000"
+	w := newCRIDockerdWorld(t)
+	dir := filepath.Join(w.criRoot, criDockerdCheckpointDir)
+	if err := os.WriteFile(filepath.Join(dir, orphan), []byte(`{"version":"v1","name":"gone","namespace":"ns","data":{"port_mappings":[{"protocol":"TCP","container_port":80,"host_port":9090}]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "README"), []byte(`{"version":"v1","name":"x","namespace":"y"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := checkpoint.NewManager(filepath.Join(t.TempDir(), "sandbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin := &fakePlugin{}
+	ds, err := NewDockerService(Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake", AdoptCRIDockerd: true, CRIDockerdRootDir: w.criRoot}, w.docker, ckpt, []network.NetworkPlugin{plugin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin.ips[adoptSandboxID] = net.ParseIP("10.0.0.7")
+	plugin.ips[orphan] = net.ParseIP("10.0.0.8")
+	startService(t, ds)
+
+	sbs, err := ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: orphan}})
+	if err != nil || len(sbs.Items) != 1 || sbs.Items[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || sbs.Items[0].Metadata.Name != "gone" {
+		t.Fatalf("orphan sandbox listed as %v, %v; want it NOTREADY", sbs, err)
+	}
+	testutil.Eventually(t, "the orphan's network to be torn down", func() bool {
+		plugin.mu.Lock()
+		defer plugin.mu.Unlock()
+		return plugin.ips[orphan] == nil
+	})
+	plugin.mu.Lock()
+	ports := plugin.portsAtDown
+	plugin.mu.Unlock()
+	if len(ports) != 1 || ports[0].HostPort != 9090 {
+		t.Errorf("orphan torn down with host ports %v, want 9090", ports)
+	}
+	if _, err := ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: orphan}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, orphan)); !os.IsNotExist(err) {
+		t.Errorf("cri-dockerd's checkpoint of the removed orphan: %v, want it gone", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "README")); err != nil {
+		t.Errorf("a file that is not a checkpoint was touched: %v", err)
+	}
+	if ids, _ := ckpt.List(); len(ids) != 1 || ids[0] != adoptSandboxID {
+		t.Errorf("netshim checkpoints = %v, want only the live adopted sandbox's", ids)
+	}
+}
