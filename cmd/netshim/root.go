@@ -215,18 +215,35 @@ func run(ctx context.Context, opts *options) error {
 	// READY=1 before the first Accept: the listener is open, and
 	// whoever waits for READY (systemd, the e2e test) sees it no later
 	// than the first answer.
-	sandboxes, containers := ds.Counts()
-	sup.ready(fmt.Sprintf("Serving CRI on %s; %d sandboxes, %d containers", socket, sandboxes, containers))
+	serving := func() string {
+		sandboxes, containers := ds.Counts()
+		return fmt.Sprintf("Serving CRI on %s; %d sandboxes, %d containers", socket, sandboxes, containers)
+	}
+	sup.ready(serving())
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(lis) }()
-	klog.InfoS("Serving CRI", "socket", socket, "sandboxes", sandboxes, "containers", containers)
+	klog.InfoS("Serving CRI", "socket", socket)
+	// The counts in `systemctl status`, kept current; stopped before the
+	// last status so that it is not overwritten.
+	statusCtx, stopStatus := context.WithCancel(ctx)
+	statusDone := make(chan struct{})
+	go func() {
+		defer close(statusDone)
+		if sup.managed {
+			sup.keepStatus(statusCtx, statusEvery, serving)
+		}
+	}()
+	endStatus := func() { stopStatus(); <-statusDone }
+	defer endStatus()
 
 	select {
 	case err := <-serveErr:
+		endStatus()
 		sup.setStatus(fmt.Sprintf("Serving CRI on %s failed: %v", socket, err))
 		return fmt.Errorf("serving CRI on %s: %w", socket, err)
 	case <-sigCtx.Done():
 	}
+	endStatus()
 	sup.stopping(fmt.Sprintf("Shutting down: waiting for in-flight RPCs (at most %s)", opts.shutdownTimeout))
 	klog.InfoS("Shutting down: waiting for in-flight RPCs", "timeout", opts.shutdownTimeout)
 	// Event streams last as long as their clients: end them, or the

@@ -137,6 +137,30 @@ func (s *supervisor) waitSynced(ctx context.Context, synced <-chan struct{}, wha
 	}
 }
 
+// statusEvery is how often the serving status (its counts) is refreshed.
+const statusEvery = 30 * time.Second
+
+// keepStatus sends STATUS=status() every `every` when it changed, until ctx
+// ends; it returns once it sends no more.
+func (s *supervisor) keepStatus(ctx context.Context, every time.Duration, status func() string) {
+	tick := s.clock.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C():
+		}
+		msg := status()
+		s.mu.Lock()
+		same := msg == s.status
+		s.mu.Unlock()
+		if !same {
+			s.setStatus(msg)
+		}
+	}
+}
+
 // heartbeatFunc says when the watched loop last beat and the longest a
 // live loop goes between beats (DockerService.IndexHeartbeat).
 type heartbeatFunc func() (last time.Time, period time.Duration)

@@ -174,6 +174,60 @@ func TestWatchdogFollowsTheHeartbeat(t *testing.T) {
 	}
 }
 
+// The serving status is re-sent when it changes, not on every tick.
+func TestKeepStatus(t *testing.T) {
+	fc := clocktesting.NewFakeClock(t0)
+	n := newFakeNotifier()
+	s := newSupervisor(n, true, fc)
+	s.ready("Serving CRI on /s; 0 sandboxes, 0 containers")
+	var mu sync.Mutex
+	current := "Serving CRI on /s; 0 sandboxes, 0 containers"
+	set := func(v string) { mu.Lock(); current = v; mu.Unlock() }
+	calls := make(chan struct{}, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.keepStatus(ctx, statusEvery, func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			calls <- struct{}{}
+			return current
+		})
+	}()
+	testutil.Eventually(t, "the status ticker", fc.HasWaiters)
+	step := func() {
+		t.Helper()
+		fc.Step(statusEvery)
+		select {
+		case <-calls:
+		case <-time.After(testutil.EventuallyTimeout):
+			t.Fatal("keepStatus did not tick")
+		}
+	}
+	step() // unchanged: nothing sent
+	set("Serving CRI on /s; 1 sandboxes, 2 containers")
+	step()
+	step() // unchanged again
+	set("Serving CRI on /s; 0 sandboxes, 0 containers")
+	step()
+	cancel()
+	<-done
+	var got []string
+	for range 3 {
+		got = append(got, n.next(t))
+	}
+	got = append(got, n.drained()...)
+	want := []string{
+		"READY=1\nSTATUS=Serving CRI on /s; 0 sandboxes, 0 containers",
+		"STATUS=Serving CRI on /s; 1 sandboxes, 2 containers",
+		"STATUS=Serving CRI on /s; 0 sandboxes, 0 containers",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("sent %q, want %q", got, want)
+	}
+}
+
 func TestWaitSynced(t *testing.T) {
 	t.Run("already synced: no wait, no status", func(t *testing.T) {
 		n := newFakeNotifier()
