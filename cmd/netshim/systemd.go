@@ -121,7 +121,7 @@ func (s *supervisor) waitSynced(ctx context.Context, synced <-chan struct{}, wha
 			klog.InfoS("Docker's state read; serving CRI", "waited", s.clock.Since(start).Round(time.Millisecond))
 			return nil
 		case <-ctx.Done():
-			return fmt.Errorf("stopped after waiting %s for Docker at %s, which never answered (%s): netshim serves CRI only once it knows Docker's containers", s.clock.Since(start).Round(time.Second), what, last)
+			return fmt.Errorf("stopped after waiting %s for Docker at %s (%s): netshim serves CRI only once it has read Docker's containers", s.clock.Since(start).Round(time.Second), what, last)
 		case <-tick.C():
 		}
 		now := s.clock.Now()

@@ -283,7 +283,7 @@ func TestWaitSynced(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		err := s.waitSynced(ctx, make(chan struct{}), "unix:///d.sock", func() string { return "docker: not connected yet" })
-		for _, want := range []string{"Docker at unix:///d.sock, which never answered", "docker: not connected yet"} {
+		for _, want := range []string{"stopped after waiting 0s for Docker at unix:///d.sock (docker: not connected yet)"} {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("err = %v, want one containing %q", err, want)
 			}
@@ -475,7 +475,7 @@ func TestRunUnderSystemdWaitsForDocker(t *testing.T) {
 		t.Fatal("run did not return after the stop")
 	}
 	stopping := notify.wait(t, "STOPPING=1", func(s string) bool { return strings.HasPrefix(s, "STOPPING=1\n") })
-	if want := "which never answered"; !strings.Contains(stopping, want) {
+	if want := "STATUS=Stopped before serving: stopped after waiting "; !strings.Contains(stopping, want) {
 		t.Errorf("stopping notification %q does not say %q", stopping, want)
 	}
 	for _, s := range notify.received() {
