@@ -74,6 +74,8 @@ func run(ctx context.Context, opts *options) error {
 		defer inherited.Close()
 	}
 	sup := newSystemdSupervisor()
+	// Read (and unset) before any child could inherit it, like LISTEN_*.
+	watchdog := watchdogTimeout()
 	// Signals from here on: a SIGTERM while netshim waits for Docker
 	// ends the wait, and still runs the deferred clean-ups.
 	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -157,9 +159,9 @@ func run(ctx context.Context, opts *options) error {
 	// and the index fills when it comes up.
 	sup.setStatus("Reading the state of Docker at " + opts.dockerEndpoint)
 	ds.Start(ctx)
-	if d := watchdogTimeout(); d > 0 {
-		klog.InfoS("Pinging systemd's watchdog while the Docker state index loop runs", "interval", d/2, "watchdog", d)
-		go sup.watchdog(ctx, d, ds.IndexHeartbeat)
+	if watchdog > 0 {
+		klog.InfoS("Pinging systemd's watchdog while the Docker state index loop runs", "interval", watchdog/2, "watchdog", watchdog)
+		go sup.watchdog(ctx, watchdog, ds.IndexHeartbeat)
 	}
 
 	// Exec, attach and port-forward sessions: the RPCs hand out URLs of
