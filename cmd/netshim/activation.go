@@ -1,11 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 
 	"github.com/coreos/go-systemd/v22/activation"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
 
@@ -34,17 +37,49 @@ func (s inheritedSocket) String() string { return fmt.Sprintf("%s (%s)", s.addr,
 func takeInheritedSockets() []inheritedSocket {
 	var out []inheritedSocket
 	for _, f := range activation.Files(true) {
-		lis, err := net.FileListener(f)
+		var lis net.Listener
+		err := listeningStream(f)
+		if err == nil {
+			lis, err = net.FileListener(f)
+		}
 		// FileListener dups the descriptor: the passed one is not needed
 		// either way.
 		f.Close()
 		if err != nil {
-			klog.InfoS("WARNING: ignoring a descriptor the service manager passed: it is not a listening stream socket", "name", f.Name(), "err", err)
+			klog.InfoS("WARNING: ignoring a descriptor the service manager passed", "name", f.Name(), "err", err)
 			continue
 		}
 		out = append(out, inheritedSocket{name: f.Name(), addr: lis.Addr().String(), lis: lis})
 	}
 	return out
+}
+
+// listeningStream says why f is not a listening stream socket, if it is
+// not: net.FileListener takes a datagram or a connected socket as well,
+// whose Accept would then fail.
+func listeningStream(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var typ, accepting int
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		if typ, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TYPE); serr == nil {
+			accepting, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
+		}
+	}); err != nil {
+		return err
+	}
+	switch {
+	case serr != nil:
+		return fmt.Errorf("not a socket: %w", serr)
+	case typ != unix.SOCK_STREAM:
+		return fmt.Errorf("not a stream socket (type %d)", typ)
+	case accepting == 0:
+		return errors.New("a stream socket that is not listening")
+	}
+	return nil
 }
 
 // pickListener chooses which inherited socket serves CRI for --listen,

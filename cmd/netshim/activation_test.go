@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseListen(t *testing.T) {
@@ -153,10 +155,25 @@ func TestInheritHelperProcess(t *testing.T) {
 }
 
 // A socket passed as systemd passes it is served, LISTEN_* are gone from
-// the environment, and closing it leaves the file to its owner.
+// the environment, and closing it leaves the file to its owner. Passed
+// descriptors that are not listening stream sockets (a datagram socket, a
+// connected one) are not taken for the CRI socket.
 func TestInheritedListenerFromServiceManager(t *testing.T) {
-	for _, listen := range []string{"unix:///run/netshim/netshim.sock", "fd://", "fd://netshim.socket"} {
-		t.Run(listen, func(t *testing.T) {
+	for _, tc := range []struct {
+		listen string
+		junk   bool // pass a datagram and a connected socket first
+	}{
+		{listen: "unix:///run/netshim/netshim.sock"},
+		{listen: "fd://"},
+		{listen: "fd://netshim.socket"},
+		{listen: "fd://", junk: true},
+		{listen: "unix:///run/netshim/netshim.sock", junk: true},
+	} {
+		name := tc.listen
+		if tc.junk {
+			name += " after junk"
+		}
+		t.Run(name, func(t *testing.T) {
 			dir, err := os.MkdirTemp("", "nsh")
 			if err != nil {
 				t.Fatal(err)
@@ -175,14 +192,22 @@ func TestInheritedListenerFromServiceManager(t *testing.T) {
 			}
 			defer f.Close()
 
+			// From fd 3, SD_LISTEN_FDS_START.
+			files, names := []*os.File{f}, "netshim.socket"
+			if tc.junk {
+				files, names = append(junkSockets(t), f), "dgram:conn:netshim.socket"
+			}
 			cmd := exec.Command(os.Args[0], "-test.run=^TestInheritHelperProcess$", "-test.v")
-			cmd.Env = append(os.Environ(), inheritHelperEnv+"="+listen, "LISTEN_FDS=1", "LISTEN_FDNAMES=netshim.socket")
-			cmd.ExtraFiles = []*os.File{f} // fd 3, SD_LISTEN_FDS_START
+			cmd.Env = append(os.Environ(), inheritHelperEnv+"="+tc.listen, "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+names)
+			cmd.ExtraFiles = files
 			out := &strings.Builder{}
 			cmd.Stdout, cmd.Stderr = out, out
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			// The helper holds the only copy now: if it fails, the socket
+			// closes and the read below ends at once.
+			f.Close()
 			c, err := net.DialTimeout("unix", path, 10*time.Second)
 			if err != nil {
 				cmd.Process.Kill()
@@ -203,4 +228,24 @@ func TestInheritedListenerFromServiceManager(t *testing.T) {
 			}
 		})
 	}
+}
+
+// junkSockets are a datagram socket and a connected stream socket: what a
+// misconfigured socket unit could pass besides the CRI socket.
+func junkSockets(t *testing.T) []*os.File {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fds[1])
+	dgram := os.NewFile(uintptr(fds[0]), "dgram")
+	fds, err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fds[1])
+	conn := os.NewFile(uintptr(fds[0]), "conn")
+	t.Cleanup(func() { dgram.Close(); conn.Close() })
+	return []*os.File{dgram, conn}
 }
