@@ -98,7 +98,7 @@ fuzz:
 	done <<< "$$targets"; \
 	exit $$failed
 
-## lint: gofmt, go vet and staticcheck
+## lint: gofmt, go vet, staticcheck and the systemd units (systemd-analyze verify, hack/verify-units.sh)
 lint: staticcheck
 	@unformatted=$$(find . \( -path ./_output -o -path ./.git -o -path ./vendor \) -prune -o -name '*.go' -print0 | \
 		xargs -0 -r gofmt -l); \
@@ -107,6 +107,7 @@ lint: staticcheck
 	fi
 	$(GO) vet -tags $(LINT_TAGS) ./...
 	$(STATICCHECK) -tags $(LINT_TAGS) ./...
+	@hack/verify-units.sh
 
 # staticcheck: install the pinned staticcheck into _output/bin unless it is there already
 staticcheck:

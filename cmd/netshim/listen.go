@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -45,4 +46,36 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("setting permissions of %s: %w", path, err)
 	}
 	return lis, nil
+}
+
+// listenSpec is --listen parsed: unix://PATH, a socket netshim makes
+// unless the service manager passed one; or fd:// (the first socket the
+// service manager passed) and fd://NAME (the one it named NAME: a socket
+// unit's FileDescriptorName=, by default the unit's name, e.g.
+// netshim.socket), which must have been passed.
+type listenSpec struct {
+	path   string // unix://PATH
+	fd     bool   // fd:// or fd://NAME
+	fdName string // NAME of fd://NAME
+}
+
+func parseListen(s string) (listenSpec, error) {
+	switch {
+	case strings.HasPrefix(s, "unix://") && len(s) > len("unix://"):
+		return listenSpec{path: strings.TrimPrefix(s, "unix://")}, nil
+	case strings.HasPrefix(s, "fd://"):
+		name := strings.TrimPrefix(s, "fd://")
+		if strings.ContainsAny(name, ":/") {
+			return listenSpec{}, fmt.Errorf("--listen %q: a socket name has no ':' or '/'", s)
+		}
+		return listenSpec{fd: true, fdName: name}, nil
+	}
+	return listenSpec{}, fmt.Errorf("--listen %q: want unix:///path/to/socket, fd:// or fd://NAME", s)
+}
+
+func (l listenSpec) String() string {
+	if l.fd {
+		return "fd://" + l.fdName
+	}
+	return "unix://" + l.path
 }

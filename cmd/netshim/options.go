@@ -73,7 +73,7 @@ func defaultOptions() *options {
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.listen, "listen", o.listen, "CRI endpoint to serve, as unix://PATH. The socket is created mode 0660, its directory if missing; a stale socket left by a crash is replaced.")
+	fs.StringVar(&o.listen, "listen", o.listen, "CRI endpoint to serve: unix://PATH, or fd:// (fd://NAME) for a socket systemd passes (socket activation, netshim.socket). With unix://PATH the socket is created mode 0660, its directory if missing, and a stale socket left by a crash is replaced; but when systemd passed a socket, netshim serves that one (the one at PATH if several) and leaves its file alone. Under systemd (NOTIFY_SOCKET or a passed socket) netshim accepts no connection before it has read Docker's state, then notifies READY=1.")
 	fs.StringVar(&o.dockerEndpoint, "docker-endpoint", o.dockerEndpoint, "Docker engine endpoint. The API version is negotiated, so any engine from API 1.41 (Docker 20.10) on works.")
 	fs.StringVar(&o.rootDir, "root-dir", o.rootDir, "Directory for netshim's state: sandbox checkpoints live in ROOT/sandbox, the record of the CNI attachments netshim made in ROOT/cni. One netshim per directory: ROOT/netshim.lock is locked (flock) for the daemon's life, and a second instance exits at once.")
 	fs.StringVar(&o.networkPlugin, "network-plugin", o.networkPlugin, "Pod network plugin: \"cni\" (the default network from --cni-conf-dir), \"kubenet\" (a built-in bridge network over --pod-cidr, no config file) or \"none\" (pods get loopback only).")
@@ -108,8 +108,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 }
 
 func (o *options) validate() error {
-	if !strings.HasPrefix(o.listen, "unix://") || len(o.listen) == len("unix://") {
-		return fmt.Errorf("--listen %q: want unix:///path/to/socket", o.listen)
+	if _, err := parseListen(o.listen); err != nil {
+		return err
 	}
 	switch network.HairpinMode(o.hairpinMode) {
 	case network.HairpinVeth, network.PromiscuousBridge, network.HairpinNone:

@@ -57,8 +57,31 @@ func run(ctx context.Context, opts *options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	klog.InfoS("Starting netshim", "version", version.Version, "listen", opts.listen, "dockerEndpoint", opts.dockerEndpoint, "networkPlugin", opts.networkPlugin)
-	// First, before anything touches the socket, the checkpoints, the
-	// network or the CNI cache: only one netshim per root dir.
+	spec, err := parseListen(opts.listen)
+	if err != nil {
+		return err
+	}
+	// The sockets systemd passed, taken (and LISTEN_* unset) before any
+	// child could inherit them; fd:// with none fails here, before
+	// anything else happened.
+	inherited, err := inheritedListener(spec)
+	if err != nil {
+		return err
+	}
+	if inherited != nil {
+		// Closed by the server once it serves; this covers the returns
+		// before. Closing never removes the file: systemd owns it.
+		defer inherited.Close()
+	}
+	sup := newSystemdSupervisor()
+	// Read (and unset) before any child could inherit it, like LISTEN_*.
+	watchdog := watchdogTimeout()
+	// Signals from here on: a SIGTERM while netshim waits for Docker
+	// ends the wait, and still runs the deferred clean-ups.
+	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// Then, before anything touches the socket file, the checkpoints,
+	// the network or the CNI cache: only one netshim per root dir.
 	lock, err := lockRootDir(opts.rootDir)
 	if err != nil {
 		return err
@@ -137,7 +160,12 @@ func run(ctx context.Context, opts *options) error {
 	// Fill the state index before serving: an empty index would tell
 	// kubelet every pod is gone. With dockerd down this returns at once
 	// and the index fills when it comes up.
+	sup.setStatus("Reading the state of Docker at " + opts.dockerEndpoint)
 	ds.Start(ctx)
+	if watchdog > 0 {
+		klog.InfoS("Pinging systemd's watchdog while the Docker state index loop runs", "interval", watchdog/2, "watchdog", watchdog)
+		go sup.watchdog(ctx, watchdog, ds.IndexHeartbeat)
+	}
 
 	// Exec, attach and port-forward sessions: the RPCs hand out URLs of
 	// this server. It listens before the CRI socket does, so no URL is
@@ -152,12 +180,19 @@ func run(ctx context.Context, opts *options) error {
 	defer streamSrv.Stop()
 	ds.SetStreamingServer(streamSrv)
 
-	socketPath := opts.listen[len("unix://"):]
-	lis, err := listenUnix(socketPath)
-	if err != nil {
-		return err
+	lis, socket := inherited, ""
+	if lis != nil {
+		socket = lis.Addr().String() + " (passed by systemd)"
+	} else {
+		lis, err = listenUnix(spec.path)
+		if err != nil {
+			return err
+		}
+		// netshim made this socket, so it removes it; one systemd
+		// passed stays with systemd.
+		defer os.Remove(spec.path)
+		socket = spec.path
 	}
-	defer os.Remove(socketPath)
 	// The metrics interceptors come first (outermost), so that they see the
 	// status the client gets.
 	srv := grpc.NewServer(
@@ -166,17 +201,55 @@ func run(ctx context.Context, opts *options) error {
 		grpc.ForceServerCodecV2(ds.Codec()))
 	ds.Register(srv)
 
-	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	// Under systemd (a service manager waits for READY=1, or holds the
+	// socket) netshim accepts no connection before it knows Docker's
+	// containers: a client that connected early waits in the socket's
+	// backlog and gets real answers, not Unavailable. Run by hand it
+	// serves at once, and Status says RuntimeReady=false until Docker
+	// answers.
+	if sup.managed || inherited != nil {
+		if err := sup.waitSynced(sigCtx, ds.Synced(), opts.dockerEndpoint, func() string {
+			_, reason := ds.Ready()
+			return reason
+		}); err != nil {
+			klog.ErrorS(err, "Shutting down before serving CRI")
+			sup.stopping("Stopped before serving: " + err.Error())
+			return nil
+		}
+	}
+	// READY=1 before the first Accept: the listener is open, and
+	// whoever waits for READY (systemd, the e2e test) sees it no later
+	// than the first answer.
+	serving := func() string {
+		sandboxes, containers := ds.Counts()
+		return fmt.Sprintf("Serving CRI on %s; %d sandboxes, %d containers", socket, sandboxes, containers)
+	}
+	sup.ready(serving())
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(lis) }()
-	klog.InfoS("Serving CRI", "socket", socketPath)
+	klog.InfoS("Serving CRI", "socket", socket)
+	// The counts in `systemctl status`, kept current; stopped before the
+	// last status so that it is not overwritten.
+	statusCtx, stopStatus := context.WithCancel(ctx)
+	statusDone := make(chan struct{})
+	go func() {
+		defer close(statusDone)
+		if sup.managed {
+			sup.keepStatus(statusCtx, statusEvery, serving)
+		}
+	}()
+	endStatus := func() { stopStatus(); <-statusDone }
+	defer endStatus()
 
 	select {
 	case err := <-serveErr:
-		return fmt.Errorf("serving CRI on %s: %w", socketPath, err)
+		endStatus()
+		sup.setStatus(fmt.Sprintf("Serving CRI on %s failed: %v", socket, err))
+		return fmt.Errorf("serving CRI on %s: %w", socket, err)
 	case <-sigCtx.Done():
 	}
+	endStatus()
+	sup.stopping(fmt.Sprintf("Shutting down: waiting for in-flight RPCs (at most %s)", opts.shutdownTimeout))
 	klog.InfoS("Shutting down: waiting for in-flight RPCs", "timeout", opts.shutdownTimeout)
 	// Event streams last as long as their clients: end them, or the
 	// graceful stop would wait for them until its timeout.

@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -121,6 +122,9 @@ type Index struct {
 	connErr   string
 	resyncErr error
 	lastBeat  time.Time
+	// heartbeat is lastBeat for readers that must not wait for mu
+	// (heartbeat.go).
+	heartbeat atomic.Int64
 }
 
 // New returns an index over an empty store. Run starts following Docker.
@@ -218,6 +222,7 @@ func (x *Index) beat() (since time.Duration) {
 	defer x.mu.Unlock()
 	since = now.Sub(x.lastBeat)
 	x.lastBeat = now
+	x.heartbeat.Store(now.UnixNano())
 	return since
 }
 

@@ -31,6 +31,8 @@ func (x *Index) Run(ctx context.Context) {
 
 	delay := x.opts.ReconnectMinDelay
 	for ctx.Err() == nil {
+		// Retrying a Docker that is down is being alive (heartbeat.go).
+		x.beat()
 		synced, err := x.session(ctx)
 		if ctx.Err() != nil {
 			return
@@ -92,7 +94,7 @@ func (x *Index) session(ctx context.Context) (synced bool, err error) {
 	}
 	next := time.NewTimer(x.opts.ResyncPeriod)
 	defer next.Stop()
-	beat := time.NewTicker(max(x.opts.StuckAfter/4, time.Millisecond))
+	beat := time.NewTicker(x.beatInterval())
 	defer beat.Stop()
 	startResync()
 	for {
