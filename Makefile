@@ -7,8 +7,13 @@ SHELL := /bin/bash
 
 OUT := $(CURDIR)/_output
 GO ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
+# VERSION: from `git describe --tags --always --dirty`, in Debian's form (hack/version.sh:
+# v1.2.3-4-gabc1234 is 1.2.3+4.gabc1234, a checkout without tags 0.0~gitYYYYMMDD.HASH), the
+# same string in the binary and in the package, so `netshim version` and `dpkg -s netshim` agree.
+# Computed when a target uses it (LDFLAGS is recursive too), so a tag it cannot map fails only the
+# targets that need a version.
+VERSION ?= $(or $(shell hack/version.sh),$(error hack/version.sh failed))
+LDFLAGS = -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
@@ -78,7 +83,7 @@ conformance:
 
 ## unit: unit tests with the race detector
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/harness/... ./test/node-conformance/...
+	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/harness/... ./test/node-conformance/... ./test/deb/...
 
 ## fuzz: run every Go fuzz target under pkg/ for FUZZTIME each (default 30s)
 # go test takes one -fuzz target per run, so the targets (func FuzzX in a
