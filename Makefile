@@ -43,11 +43,57 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
+.PHONY: build build-release install deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
 
 ## build: compile the daemon into _output/netshim
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(OUT)/netshim ./cmd/netshim
+
+## build-release: the binary make install and make deb ship, in _output/release, with its man page
+# (made from its own --help). Linked against glibc like make build's (cgo: the system's resolver), so
+# the tested binary and the shipped one do not differ in that: a static one (CGO_ENABLED=0) draws
+# lintian's statically-linked-binary error, which it waives only for packages built from Debian's Go
+# sources. -trimpath for a reproducible build; stripped (-s -w; lintian's unstripped-binary-or-object is
+# an error; panics and pprof keep their symbols, which live in pclntab); hardened as Debian builds C
+# (lintian's hardening-* tags): PIE, full RELRO, fortified and stack-protected cgo C code.
+RELEASE_DIR := $(OUT)/release
+RELEASE_LDFLAGS = -s -w -linkmode=external -extldflags '-Wl,-z,relro,-z,now' $(LDFLAGS)
+build-release:
+	CGO_ENABLED=1 CGO_CPPFLAGS='-D_FORTIFY_SOURCE=2' CGO_CFLAGS='-O2 -fstack-protector-strong' \
+		$(GO) build -trimpath -buildmode=pie -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_DIR)/netshim ./cmd/netshim
+	@hack/manpage.sh $(RELEASE_DIR)/netshim '$(VERSION)' \
+		"$$(TZ=UTC0 git show -s --format=%cd --date=format-local:%Y-%m-%d HEAD 2>/dev/null || date -u +%Y-%m-%d)" \
+		>$(RELEASE_DIR)/netshim.8.tmp
+	@mv $(RELEASE_DIR)/netshim.8.tmp $(RELEASE_DIR)/netshim.8
+
+## install: install build-release's binary and man page, the systemd units and /etc/default/netshim
+# under DESTDIR (empty: this machine, root), without a package. PREFIX=/usr puts the binary in /usr/bin
+# and the units in /lib/systemd/system, as the package does; PREFIX=/usr/local puts them in
+# /usr/local/bin and /usr/local/lib/systemd/system (systemd reads both) and points the units' ExecStart
+# there. An /etc/default/netshim that differs from deploy/default/netshim is kept, not overwritten: it
+# is the operator's configuration (dpkg treats it as a conffile likewise). Nothing is enabled or
+# started: after installing, systemctl daemon-reload and enable what you need. make deb stages with it,
+# so the package and make install ship one file list.
+PREFIX ?= /usr
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+install: build-release
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(RELEASE_DIR)/netshim $(DESTDIR)$(BINDIR)/netshim
+	for unit in netshim.service netshim.socket; do \
+		sed 's|/usr/bin/netshim|$(BINDIR)/netshim|g' deploy/systemd/$$unit >$(RELEASE_DIR)/$$unit; \
+		install -m 0644 $(RELEASE_DIR)/$$unit $(DESTDIR)$(UNITDIR)/$$unit; \
+	done
+	gzip -9n <$(RELEASE_DIR)/netshim.8 >$(RELEASE_DIR)/netshim.8.gz
+	install -m 0644 $(RELEASE_DIR)/netshim.8.gz $(DESTDIR)$(MANDIR)/man8/netshim.8.gz
+	@conf=$(DESTDIR)$(SYSCONFDIR)/default/netshim; \
+	if [[ -e $$conf ]] && ! cmp -s deploy/default/netshim "$$conf"; then \
+		echo "install: kept $$conf: it differs from deploy/default/netshim (an operator's edits)"; \
+	else \
+		echo "install -m 0644 deploy/default/netshim $$conf"; install -m 0644 deploy/default/netshim "$$conf"; \
+	fi
 
 ## deps: install the missing Debian packages (docker.io, CNI plugins, iptables, ...)
 deps:
