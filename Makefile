@@ -43,7 +43,7 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build build-release install deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
+.PHONY: build build-release install deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
 
 ## build: compile the daemon into _output/netshim
 build:
@@ -94,6 +94,17 @@ install: build-release
 	else \
 		echo "install -m 0644 deploy/default/netshim $$conf"; install -m 0644 deploy/default/netshim "$$conf"; \
 	fi
+
+## deb: build _output/netshim_<version>_<arch>.deb with dpkg-deb from make install's files (hack/deb.sh),
+# then check it with lintian (fails on an error)
+DEB_ARCH = $(shell dpkg --print-architecture)
+DEB_FILE = $(OUT)/netshim_$(VERSION)_$(DEB_ARCH).deb
+DEB_STAGING := $(OUT)/deb/root
+deb:
+	@$(MAKE) --no-print-directory deps
+	rm -rf $(DEB_STAGING)
+	@$(MAKE) --no-print-directory install DESTDIR=$(DEB_STAGING) PREFIX=/usr VERSION='$(VERSION)'
+	@VERSION='$(VERSION)' hack/deb.sh $(DEB_STAGING) '$(DEB_FILE)'
 
 ## deps: install the missing Debian packages (docker.io, CNI plugins, iptables, ...)
 deps:

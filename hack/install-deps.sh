@@ -16,6 +16,7 @@ PACKAGES=(
   gcc
   libc6-dev
   libseccomp-dev # runc 1.4.3 for the Docker 29 engine (hack/docker29.sh) is built with seccomp
+  lintian # make deb checks the package with it
 )
 
 missing=()
