@@ -17,7 +17,7 @@ LDFLAGS = -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
-LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance
+LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance,deb
 
 # ENGINE: the Docker engine e2e and conformance run against.
 #   docker20  the system's Docker 20.10 (Debian's docker.io; hack/dockerd.sh)
@@ -43,7 +43,7 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build build-release install deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
+.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
 
 ## build: compile the daemon into _output/netshim
 build:
@@ -105,6 +105,14 @@ deb:
 	rm -rf $(DEB_STAGING)
 	@$(MAKE) --no-print-directory install DESTDIR=$(DEB_STAGING) PREFIX=/usr VERSION='$(VERSION)'
 	@VERSION='$(VERSION)' hack/deb.sh $(DEB_STAGING) '$(DEB_FILE)'
+
+## test-deb: make deb, then install the package into this machine with dpkg -i, check its files, units
+# and version, upgrade it over an edited conffile, and purge it, leaving nothing behind (root; test/deb;
+# refuses to run if a netshim package is installed already)
+test-deb:
+	@if [[ $$(id -u) -ne 0 ]]; then echo "test-deb: must run as root" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory deb
+	NETSHIM_DEB='$(DEB_FILE)' $(GO) test -count=1 -tags deb -v ./test/deb/
 
 ## deps: install the missing Debian packages (docker.io, CNI plugins, iptables, ...)
 deps:
@@ -278,11 +286,11 @@ node-conformance node-conformance-quick:
 node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
-## test: lint, unit, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29), e2e-kubelet, e2e-cluster and node-conformance-quick (all run; fails if any failed)
+## test: lint, unit, test-deb, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29), e2e-kubelet, e2e-cluster and node-conformance-quick (all run; fails if any failed)
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet e2e-cluster node-conformance-quick; do \
+	for t in lint unit test-deb fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet e2e-cluster node-conformance-quick; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \
