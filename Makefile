@@ -7,12 +7,17 @@ SHELL := /bin/bash
 
 OUT := $(CURDIR)/_output
 GO ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
+# VERSION: from `git describe --tags --always --dirty`, in Debian's form (hack/version.sh:
+# v1.2.3-4-gabc1234 is 1.2.3+4.gabc1234, a checkout without tags 0.0~gitYYYYMMDD.HASH), the
+# same string in the binary and in the package, so `netshim version` and `dpkg -s netshim` agree.
+# Computed when a target uses it (LDFLAGS is recursive too), so a tag it cannot map fails only the
+# targets that need a version.
+VERSION ?= $(or $(shell hack/version.sh),$(error hack/version.sh failed))
+LDFLAGS = -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
-LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance
+LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance,deb
 
 # ENGINE: the Docker engine e2e and conformance run against.
 #   docker20  the system's Docker 20.10 (Debian's docker.io; hack/dockerd.sh)
@@ -38,11 +43,76 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
+.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
 
 ## build: compile the daemon into _output/netshim
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(OUT)/netshim ./cmd/netshim
+
+## build-release: the binary make install and make deb ship, in _output/release, with its man page
+# (made from its own --help). Linked against glibc like make build's (cgo: the system's resolver), so
+# the tested binary and the shipped one do not differ in that: a static one (CGO_ENABLED=0) draws
+# lintian's statically-linked-binary error, which it waives only for packages built from Debian's Go
+# sources. -trimpath for a reproducible build; stripped (-s -w; lintian's unstripped-binary-or-object is
+# an error; panics and pprof keep their symbols, which live in pclntab); hardened as Debian builds C
+# (lintian's hardening-* tags): PIE, full RELRO, fortified and stack-protected cgo C code.
+RELEASE_DIR := $(OUT)/release
+RELEASE_LDFLAGS = -s -w -linkmode=external -extldflags '-Wl,-z,relro,-z,now' $(LDFLAGS)
+build-release:
+	CGO_ENABLED=1 CGO_CPPFLAGS='-D_FORTIFY_SOURCE=2' CGO_CFLAGS='-O2 -fstack-protector-strong' \
+		$(GO) build -trimpath -buildmode=pie -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_DIR)/netshim ./cmd/netshim
+	@hack/manpage.sh $(RELEASE_DIR)/netshim '$(VERSION)' \
+		"$$(TZ=UTC0 git show -s --format=%cd --date=format-local:%Y-%m-%d HEAD 2>/dev/null || date -u +%Y-%m-%d)" \
+		>$(RELEASE_DIR)/netshim.8.tmp
+	@mv $(RELEASE_DIR)/netshim.8.tmp $(RELEASE_DIR)/netshim.8
+
+## install: install build-release's binary and man page, the systemd units and /etc/default/netshim
+# under DESTDIR (empty: this machine, root), without a package. PREFIX=/usr puts the binary in /usr/bin
+# and the units in /lib/systemd/system, as the package does; PREFIX=/usr/local puts them in
+# /usr/local/bin and /usr/local/lib/systemd/system (systemd reads both) and points the units' ExecStart
+# there. An /etc/default/netshim that differs from deploy/default/netshim is kept, not overwritten: it
+# is the operator's configuration (dpkg treats it as a conffile likewise). Nothing is enabled or
+# started: after installing, systemctl daemon-reload and enable what you need. make deb stages with it,
+# so the package and make install ship one file list.
+PREFIX ?= /usr
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+install: build-release
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(RELEASE_DIR)/netshim $(DESTDIR)$(BINDIR)/netshim
+	for unit in netshim.service netshim.socket; do \
+		sed 's|/usr/bin/netshim|$(BINDIR)/netshim|g' deploy/systemd/$$unit >$(RELEASE_DIR)/$$unit; \
+		install -m 0644 $(RELEASE_DIR)/$$unit $(DESTDIR)$(UNITDIR)/$$unit; \
+	done
+	gzip -9n <$(RELEASE_DIR)/netshim.8 >$(RELEASE_DIR)/netshim.8.gz
+	install -m 0644 $(RELEASE_DIR)/netshim.8.gz $(DESTDIR)$(MANDIR)/man8/netshim.8.gz
+	@conf=$(DESTDIR)$(SYSCONFDIR)/default/netshim; \
+	if [[ -e $$conf ]] && ! cmp -s deploy/default/netshim "$$conf"; then \
+		echo "install: kept $$conf: it differs from deploy/default/netshim (an operator's edits)"; \
+	else \
+		echo "install -m 0644 deploy/default/netshim $$conf"; install -m 0644 deploy/default/netshim "$$conf"; \
+	fi
+
+## deb: build _output/netshim_<version>_<arch>.deb with dpkg-deb from make install's files (hack/deb.sh),
+# then check it with lintian (fails on an error)
+DEB_ARCH = $(shell dpkg --print-architecture)
+DEB_FILE = $(OUT)/netshim_$(VERSION)_$(DEB_ARCH).deb
+DEB_STAGING := $(OUT)/deb/root
+deb:
+	@$(MAKE) --no-print-directory deps
+	rm -rf $(DEB_STAGING)
+	@$(MAKE) --no-print-directory install DESTDIR=$(DEB_STAGING) PREFIX=/usr VERSION='$(VERSION)'
+	@VERSION='$(VERSION)' hack/deb.sh $(DEB_STAGING) '$(DEB_FILE)'
+
+## test-deb: make deb, then install the package into this machine with dpkg -i, check its files, units
+# and version, upgrade it over an edited conffile, and purge it, leaving nothing behind (root; test/deb;
+# refuses to run if a netshim package is installed already)
+test-deb:
+	@if [[ $$(id -u) -ne 0 ]]; then echo "test-deb: must run as root" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory deb
+	NETSHIM_DEB='$(DEB_FILE)' $(GO) test -count=1 -tags deb -v ./test/deb/
 
 ## deps: install the missing Debian packages (docker.io, CNI plugins, iptables, ...)
 deps:
@@ -78,7 +148,7 @@ conformance:
 
 ## unit: unit tests with the race detector
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/harness/... ./test/node-conformance/...
+	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/harness/... ./test/node-conformance/... ./test/deb/...
 
 ## fuzz: run every Go fuzz target under pkg/ for FUZZTIME each (default 30s)
 # go test takes one -fuzz target per run, so the targets (func FuzzX in a
@@ -217,11 +287,11 @@ node-conformance node-conformance-quick:
 node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
-## test: lint, unit, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29), e2e-kubelet, e2e-cluster and node-conformance-quick (all run; fails if any failed)
+## test: lint, unit, test-deb, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29), e2e-kubelet, e2e-cluster and node-conformance-quick (all run; fails if any failed)
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet e2e-cluster node-conformance-quick; do \
+	for t in lint unit test-deb fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet e2e-cluster node-conformance-quick; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \

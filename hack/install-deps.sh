@@ -17,6 +17,7 @@ PACKAGES=(
   libc6-dev
   libseccomp-dev # runc 1.4.3 for the Docker 29 engine (hack/docker29.sh) is built with seccomp
   systemd        # systemd-socket-activate (e2e TestSystemdSocketActivationAndNotify), systemd-analyze (make lint)
+  lintian # make deb checks the package with it
 )
 
 missing=()
