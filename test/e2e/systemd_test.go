@@ -78,10 +78,14 @@ func TestSystemdSocketActivationAndNotify(t *testing.T) {
 		log.Close()
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
+	// exited is closed once the process is gone; waitErr is then its
+	// exit status.
+	exited := make(chan struct{})
+	var waitErr error
 	go func() {
-		exited <- cmd.Wait()
+		waitErr = cmd.Wait()
 		log.Close()
+		close(exited)
 	}()
 	t.Cleanup(func() {
 		select {
@@ -176,9 +180,9 @@ func TestSystemdSocketActivationAndNotify(t *testing.T) {
 	}
 	notify.wait(t, stopDeadline, "STOPPING=1", func(s string) bool { return strings.HasPrefix(s, "STOPPING=1\n") })
 	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("netshim exited with %v after SIGTERM, want 0", err)
+	case <-exited:
+		if waitErr != nil {
+			t.Fatalf("netshim exited with %v after SIGTERM, want 0", waitErr)
 		}
 	case <-time.After(stopDeadline):
 		t.Fatalf("netshim did not exit within %s of SIGTERM", stopDeadline)
