@@ -92,12 +92,13 @@ func TestPackage(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The operator disables the service (systemctl edits the
-			// links itself when systemd is not running, as here).
+			// links itself when systemd is not running, as here). The
+			// service's Also=netshim.socket disables the socket with it.
 			_, err := exec.LookPath("systemctl")
 			disabled := err == nil
 			if disabled {
 				harness.MustRun(t, "systemctl", "--no-reload", "disable", "netshim.service")
-				checkDisabled(t, links, "netshim.service")
+				checkDisabled(t, links, "netshim.service", "netshim.socket")
 			} else {
 				t.Log("no systemctl on this machine: the operator's disabled service is not tried")
 			}
@@ -113,11 +114,12 @@ func TestPackage(t *testing.T) {
 				t.Errorf("dpkg left %v beside the conffile", left)
 			}
 			if disabled {
-				checkDisabled(t, links, "netshim.service")
-			} else {
-				checkEnabled(t, links, "netshim.service")
+				checkDisabled(t, links, "netshim.service", "netshim.socket")
+				// Enabled again, so that the next steps see what remove
+				// and purge do to the links.
+				harness.MustRun(t, "systemctl", "--no-reload", "enable", "netshim.service")
 			}
-			checkEnabled(t, links, "netshim.socket")
+			checkEnabled(t, links, "netshim.service", "netshim.socket")
 			checkNotStarted(t, socketBefore)
 		}},
 		{"remove keeps the configuration", func(t *testing.T) {
@@ -346,11 +348,13 @@ func checkEnabled(t *testing.T, links map[string][]string, units ...string) {
 	}
 }
 
-func checkDisabled(t *testing.T, links map[string][]string, unit string) {
+func checkDisabled(t *testing.T, links map[string][]string, units ...string) {
 	t.Helper()
-	for _, link := range links[unit] {
-		if _, err := os.Lstat(link); err == nil {
-			t.Errorf("%s is enabled (%s exists); the operator disabled it", unit, link)
+	for _, unit := range units {
+		for _, link := range links[unit] {
+			if _, err := os.Lstat(link); err == nil {
+				t.Errorf("%s is enabled (%s exists); the operator disabled it", unit, link)
+			}
 		}
 	}
 }
