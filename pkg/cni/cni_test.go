@@ -889,3 +889,48 @@ func TestLoopbackConfig(t *testing.T) {
 	}
 	var _ libcni.CNI = p.cni
 }
+
+// A pod set up by cri-dockerd (or dockershim), taken over by netshim: its
+// loopback attachment is cached under "eth0", not netshim's "lo", and
+// netshim's ledger knows nothing of it. Teardown DELs loopback under the
+// cached name, which is what removes that cache entry.
+func TestTearDownPodLoopbackCachedByAnotherRuntime(t *testing.T) {
+	var cacheDir string
+	env := newTestEnvWith(t, testConfList, func(o *Options) { cacheDir = o.CacheDir; o.StateDir = "" })
+	if err := env.plugin.SetUpPod(context.Background(), testPod, nil, network.SetUpOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	results := filepath.Join(cacheDir, "results")
+	oldPath := filepath.Join(results, "cni-loopback-"+testPod.SandboxID+"-lo")
+	b, err := os.ReadFile(oldPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entry map[string]any
+	if err := json.Unmarshal(b, &entry); err != nil {
+		t.Fatal(err)
+	}
+	entry["ifName"] = "eth0"
+	newPath := filepath.Join(results, "cni-loopback-"+testPod.SandboxID+"-eth0")
+	writeFile(t, results, filepath.Base(newPath), mustJSON(t, entry))
+	if err := os.Remove(oldPath); err != nil {
+		t.Fatal(err)
+	}
+	env.exec.Reset()
+
+	if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
+		t.Fatalf("TearDownPod: %v", err)
+	}
+	var lo []string
+	for _, c := range env.exec.Calls() {
+		if c.Plugin == "loopback" {
+			lo = append(lo, c.IfName)
+		}
+	}
+	if len(lo) != 1 || lo[0] != "eth0" {
+		t.Errorf("loopback DELs with interface names %v, want one with eth0 (the cached name)", lo)
+	}
+	if _, err := os.Stat(newPath); !os.IsNotExist(err) {
+		t.Errorf("libcni's cache entry %s after teardown: %v, want it gone", newPath, err)
+	}
+}

@@ -316,6 +316,11 @@ func (p *Plugin) teardownTargets(pod network.PodRef, rt *libcni.RuntimeConf) ([]
 	for _, a := range cached {
 		if a.Network == loNetworkName {
 			lo = loopbackConf(rt)
+			// The interface name the ADD was cached under: netshim
+			// adds loopback as "lo", dockershim and cri-dockerd as
+			// "eth0" (the loopback plugin ignores it). DEL removes the
+			// cache entry of this name only.
+			lo.IfName = a.IfName
 			continue
 		}
 		if a.IfName != podInterfaceName {
