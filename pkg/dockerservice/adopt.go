@@ -132,6 +132,7 @@ func (ds *DockerService) adoptCRIDockerd(ctx context.Context) {
 			logs++
 		}
 	}
+	ds.nameAdoptedImages(ctx)
 	orphans := ds.adoptOrphanCheckpoints(ctx)
 	klog.InfoS("Took over cri-dockerd's pods", "sandboxes", sandboxes, "sandboxesWithoutContainer", orphans, "logFiles", logs, "criDockerdRootDir", ds.cfg.CRIDockerdRootDir)
 }
@@ -336,4 +337,62 @@ func (ds *DockerService) removeCRIDockerdCheckpoint(ctx context.Context, id stri
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		klog.FromContext(ctx).Error(err, "Failed to remove cri-dockerd's checkpoint of a removed sandbox", "podSandboxID", id, "path", path)
 	}
+}
+
+// adoptedImage is how cri-dockerd named an image in ContainerStatus: its
+// first tag, and "docker-pullable://" with its first repo digest, else
+// "docker://" with its ID. Its containers were created with the image's
+// ID, which is all Docker keeps; without this, kubelet would show the ID
+// as the pods' image after the take-over.
+type adoptedImage struct {
+	name, ref string
+}
+
+// nameAdoptedImages looks up, once, the images of the adopted containers
+// (one inspect per image, at start-up, never on a poll).
+func (ds *DockerService) nameAdoptedImages(ctx context.Context) {
+	names := map[string]adoptedImage{}
+	for _, rec := range ds.store.List(store.KindContainer) {
+		if !containerInfoOf(rec).adopted || rec.ImageID == "" {
+			continue
+		}
+		if _, done := names[rec.ImageID]; done {
+			continue
+		}
+		ictx, cancel := context.WithTimeout(ctx, recoverStatusTimeout)
+		img, err := ds.client.ImageInspect(ictx, rec.ImageID)
+		cancel()
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot inspect the image of an adopted container; ContainerStatus reports its ID", "containerID", rec.ID, "image", rec.ImageID)
+			names[rec.ImageID] = adoptedImage{}
+			continue
+		}
+		n := adoptedImage{name: rec.ImageID, ref: "docker://" + img.ID}
+		if len(img.RepoTags) > 0 {
+			n.name = img.RepoTags[0]
+		}
+		if len(img.RepoDigests) > 0 {
+			n.ref = "docker-pullable://" + img.RepoDigests[0]
+		}
+		names[rec.ImageID] = n
+	}
+	ds.mu.Lock()
+	ds.adoptedImages = names
+	ds.mu.Unlock()
+}
+
+// adoptedImageOf is what ContainerStatus reports as an adopted
+// container's image, as cri-dockerd did; ok is false for any other
+// container.
+func (ds *DockerService) adoptedImageOf(rec *store.Record, info *containerInfo) (*runtimeapi.ImageSpec, string, bool) {
+	if !info.adopted {
+		return nil, "", false
+	}
+	ds.mu.Lock()
+	n := ds.adoptedImages[rec.ImageID]
+	ds.mu.Unlock()
+	if n.name == "" {
+		return nil, "", false
+	}
+	return &runtimeapi.ImageSpec{Image: n.name}, n.ref, true
 }

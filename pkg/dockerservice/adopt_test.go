@@ -19,6 +19,8 @@ import (
 )
 
 const (
+	adoptImageID     = "sha256:b0b0000000000000000000000000000000000000000000000000000000000001"
+	adoptImageDigest = "busybox@sha256:d1d1000000000000000000000000000000000000000000000000000000000002"
 	adoptSandboxID   = "5b1d0000000000000000000000000000000000000000000000000000000000aa"
 	adoptContainerID = "c0de0000000000000000000000000000000000000000000000000000000000bb"
 )
@@ -66,12 +68,12 @@ func newCRIDockerdWorld(t *testing.T) *criDockerdWorld {
 	}
 	w.docker.containers[adoptContainerID] = &container.InspectResponse{
 		ContainerJSONBase: &container.ContainerJSONBase{
-			ID: adoptContainerID, Name: "/k8s_app_web_default_uid-1_3", Created: started, Image: "sha256:busybox",
+			ID: adoptContainerID, Name: "/k8s_app_web_default_uid-1_3", Created: started, Image: adoptImageID,
 			State:      &container.State{Status: "running", Running: true, Pid: 4243, StartedAt: started},
 			HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode("container:" + adoptSandboxID)},
 			LogPath:    w.dockerLog,
 		},
-		Config: &container.Config{Image: "busybox:1", StopSignal: "SIGINT", Labels: map[string]string{
+		Config: &container.Config{Image: adoptImageID, StopSignal: "SIGINT", Labels: map[string]string{
 			criDockerdLabelType:                       typeContainer,
 			criDockerdLabelSandboxID:                  adoptSandboxID,
 			criDockerdLabelLogPath:                    w.logPath,
@@ -84,6 +86,7 @@ func newCRIDockerdWorld(t *testing.T) *criDockerdWorld {
 			{Type: "volume", Source: "/var/lib/docker/volumes/v", Destination: "/image-volume", RW: true},
 		},
 	}
+	w.docker.addImage(fakeImage{ID: adoptImageID}, "busybox:1", adoptImageDigest)
 	w.docker.addLog(adoptContainerID, false, "hello\n")
 	w.writeCheckpoint(t, `{"version":"v1","name":"web","namespace":"default","data":{"port_mappings":[{"protocol":"TCP","container_port":80,"host_port":8080},{"protocol":"UDP","container_port":53,"host_port":0}]},"checksum":1}`)
 	return w
@@ -171,6 +174,10 @@ func TestAdoptCRIDockerdPods(t *testing.T) {
 	if cst.Status.LogPath != w.logPath || len(cst.Status.Mounts) != 1 || cst.Status.Mounts[0].ContainerPath != "/data" ||
 		cst.Status.Mounts[0].Propagation != runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER {
 		t.Errorf("adopted container status: log %q mounts %v", cst.Status.LogPath, cst.Status.Mounts)
+	}
+	// The image as cri-dockerd named it: kubelet shows it as the pod's.
+	if cst.Status.Image.GetImage() != "busybox:1" || cst.Status.ImageRef != "docker-pullable://"+adoptImageDigest {
+		t.Errorf("adopted container image = %v, ref %q; want busybox:1 and docker-pullable://%s", cst.Status.Image, cst.Status.ImageRef, adoptImageDigest)
 	}
 
 	// The symlink is now a CRI log file with the line from before.

@@ -60,6 +60,9 @@ func (ds *DockerService) containerStatusOf(rec *store.Record) (*runtimeapi.Conta
 		StopSignal:  info.stopSignal,
 		Message:     rec.Error,
 	}
+	if img, ref, ok := ds.adoptedImageOf(rec, info); ok { // adopt.go
+		st.Image, st.ImageRef = img, ref
+	}
 	switch {
 	case state == runtimeapi.ContainerState_CONTAINER_RUNNING:
 		st.User = ds.containers.runningUser(rec)

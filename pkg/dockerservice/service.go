@@ -103,6 +103,9 @@ type DockerService struct {
 	// the first sync (checkpoint_recover.go) and kept out of the network
 	// GC's reach.
 	checkpointIssues map[string]checkpointIssue
+	// adoptedImages names the images of containers taken over from
+	// cri-dockerd, by image ID (adopt.go).
+	adoptedImages map[string]adoptedImage
 	// recoverOnce runs the rebuild of those sandboxes after the first
 	// index sync.
 	recoverOnce sync.Once
