@@ -99,7 +99,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", o.metricsBindAddress, "[host]:port of the HTTP endpoint serving Prometheus metrics (/metrics), /healthz, /readyz and /debug/pprof/. Empty (the default) turns it off. Without a host (\":9090\") it binds 127.0.0.1: it has no authentication and pprof exposes the process's memory, so give a host (e.g. 0.0.0.0:9090) only on a trusted network.")
 	fs.DurationVar(&o.layerInterval, "writable-layer-measure-interval", o.layerInterval, "How often the disk usage of a container's writable layer (ContainerStats' writable_layer, kubelet's container rootfs) is measured, in the background. A layer too big to walk in one short slice is measured less often each time, down to once per 30 minutes or this interval if longer.")
 	fs.BoolVar(&o.adoptCRIDockerd, "adopt-cri-dockerd", o.adoptCRIDockerd, "Take over the pods cri-dockerd runs on the same Docker engine: its sandboxes and containers are listed with their ids, metadata and states, their host ports come from its checkpoints in --cri-dockerd-root-dir, their IPs from libcni's cache (use cri-dockerd's --cni-cache-dir), and their logs continue in CRI format. Keep it on while such pods remain (docs/migrate-from-cri-dockerd.md).")
-	fs.StringVar(&o.criDockerdRootDir, "cri-dockerd-root-dir", o.criDockerdRootDir, "cri-dockerd's --root-directory, whose sandbox/ checkpoints --adopt-cri-dockerd reads.")
+	fs.StringVar(&o.criDockerdRootDir, "cri-dockerd-root-dir", o.criDockerdRootDir, "cri-dockerd's --cri-dockerd-root-directory, whose sandbox/ checkpoints --adopt-cri-dockerd reads.")
 
 	// klog's flags (-v, --vmodule, --logtostderr...) as kubelet has them.
 	gofs := flag.NewFlagSet("klog", flag.ExitOnError)
