@@ -17,7 +17,7 @@ LDFLAGS = -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
-LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance,deb
+LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance,deb,takeover
 
 # ENGINE: the Docker engine e2e and conformance run against.
 #   docker20  the system's Docker 20.10 (Debian's docker.io; hack/dockerd.sh)
@@ -43,7 +43,7 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
+.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-takeover e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
 
 ## build: compile the daemon into _output/netshim
 build:
@@ -148,7 +148,7 @@ conformance:
 
 ## unit: unit tests with the race detector
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/harness/... ./test/node-conformance/... ./test/deb/...
+	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/harness/... ./test/node-conformance/... ./test/deb/... ./test/takeover/... ./test/tools/...
 
 ## fuzz: run every Go fuzz target under pkg/ for FUZZTIME each (default 30s)
 # go test takes one -fuzz target per run, so the targets (func FuzzX in a
@@ -223,6 +223,32 @@ e2e-faults:
 e2e-kubelet:
 	@hack/e2e-kubelet.sh
 
+## e2e-takeover: netshim takes over a node that ran its pods on cri-dockerd (issue 12; root)
+# kubelet v1.36 (_output/kubelet-v1.36) runs two static pods on cri-dockerd v0.4.3 (built from
+# the Go module proxy into _output/cri-dockerd-v0.4.3 by hack/build-cri-dockerd.sh, cached) over a
+# private dockerd whose default runtime is test/tools/oomclamp (cri-dockerd asks oom_score_adj
+# -998, which runc cannot set without CAP_SYS_RESOURCE); kubelet and cri-dockerd stop, netshim
+# starts with --adopt-cri-dockerd and kubelet restarts on its socket; test/takeover checks that
+# ids, attempts, restart counts, the CRI answers, IPs, hostPort and logs carry over, removes the
+# pods through netshim and audits the node. Artifacts (logs, both runtimes' answers) in
+# _output/e2e-takeover/. E2E_TAKEOVER_ONLY_CRI_DOCKERD=1 runs the world on cri-dockerd alone
+# (pods up, checked, torn down through cri-dockerd, audited): no netshim involved.
+e2e-takeover:
+	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e-takeover: must run as root" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory deps build
+	@hack/build-kubelet.sh build v1.36
+	@hack/build-cri-dockerd.sh all
+	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
+	hack/dockerd.sh start; \
+	hack/images.sh; \
+	rm -rf $(OUT)/e2e-takeover; mkdir -p $(OUT)/e2e-takeover; \
+	NETSHIM_BIN=$(OUT)/netshim KUBELET_BIN=$(OUT)/kubelet-v1.36 \
+	CRI_DOCKERD_BIN=$(OUT)/cri-dockerd-v0.4.3/cri-dockerd OOMCLAMP_BIN=$(OUT)/oomclamp \
+	CNI_BIN_DIR=/usr/lib/cni LEAK_AUDIT=$(CURDIR)/test/e2e/leak-audit.sh \
+	E2E_TAKEOVER_ARTIFACTS=$(OUT)/e2e-takeover E2E_TAKEOVER_STATE=$(OUT)/e2e-takeover.state \
+	E2E_TAKEOVER_ONLY_CRI_DOCKERD=$(E2E_TAKEOVER_ONLY_CRI_DOCKERD) \
+		$(GO) test -count=1 -tags takeover -v -timeout 15m ./test/takeover/ 2>&1 | tee $(OUT)/e2e-takeover.log
+
 ## e2e-cluster: a single-node Kubernetes v1.36 cluster on the loopback device with netshim as its runtime (root)
 # etcd (Debian's etcd-server, unpacked into _output/etcd), kube-apiserver,
 # kube-controller-manager, kube-scheduler and kubectl (built from the Go module
@@ -287,11 +313,11 @@ node-conformance node-conformance-quick:
 node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
-## test: lint, unit, test-deb, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29), e2e-kubelet, e2e-cluster and node-conformance-quick (all run; fails if any failed)
+## test: lint, unit, test-deb, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29), e2e-kubelet, e2e-takeover, e2e-cluster and node-conformance-quick (all run; fails if any failed)
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit test-deb fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet e2e-cluster node-conformance-quick; do \
+	for t in lint unit test-deb fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet e2e-takeover e2e-cluster node-conformance-quick; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \

@@ -97,3 +97,57 @@ func forwardRulesIn(listing string, cidr *net.IPNet) []int {
 	slices.Reverse(nums)
 	return nums
 }
+
+// CNIRulesLeft lists the iptables rules the portmap and firewall plugins
+// made for pods of network in subnet that are still there (what
+// removeCNIRules would delete): the CNI-HOSTPORT-DNAT rules naming the
+// network and the CNI-FORWARD rules of addresses in subnet, one line of
+// iptables' listing each. After every pod
+// of the network was torn down, the list must be empty: a leak audit.
+func CNIRulesLeft(network, subnet string) ([]string, error) {
+	_, cidr, err := net.ParseCIDR(subnet)
+	if err != nil {
+		return nil, fmt.Errorf("CNI subnet %q: %w", subnet, err)
+	}
+	var left []string
+	pick := func(listing string, nums []int, what string) {
+		byNum := map[int]string{}
+		for _, line := range strings.Split(listing, "\n") {
+			if f := strings.Fields(line); len(f) > 0 {
+				if n, err := strconv.Atoi(f[0]); err == nil {
+					byNum[n] = strings.Join(f[1:], " ")
+				}
+			}
+		}
+		for _, n := range nums {
+			left = append(left, what+": "+byNum[n])
+		}
+	}
+	// iptables-nft 1.8.9 says "incompatible" of a chain that does not
+	// exist: look first whether it does.
+	list := func(table, chain string) (string, error) {
+		rules, err := RunCmd("iptables", "-w", "-t", table, "-S")
+		if err != nil {
+			return "", fmt.Errorf("iptables -t %s -S: %w: %s", table, err, strings.TrimSpace(rules))
+		}
+		if !slices.Contains(strings.Split(rules, "\n"), "-N "+chain) {
+			return "", nil
+		}
+		out, err := RunCmd("iptables", "-w", "-t", table, "-L", chain, "-n", "--line-numbers")
+		if err != nil {
+			return "", fmt.Errorf("iptables -t %s -L %s: %w: %s", table, chain, err, strings.TrimSpace(out))
+		}
+		return out, nil
+	}
+	out, err := list("nat", "CNI-HOSTPORT-DNAT")
+	if err != nil {
+		return nil, err
+	}
+	nums, _ := dnatRulesOf(out, network)
+	pick(out, nums, "nat CNI-HOSTPORT-DNAT")
+	if out, err = list("filter", "CNI-FORWARD"); err != nil {
+		return nil, err
+	}
+	pick(out, forwardRulesIn(out, cidr), "filter CNI-FORWARD")
+	return left, nil
+}
