@@ -4,18 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 const (
@@ -175,11 +170,8 @@ type CRIDockerd struct {
 	// Where things are; fixed for the life of the CRIDockerd.
 	Dir, Sock, RootDir, ConfDir, CacheDir, LogPath string
 
-	mu      sync.Mutex
-	proc    *proc
-	cri     *CRI
-	version *runtimeapi.VersionResponse
-	starts  int
+	// The process, its CRI client and Version answer (criserver.go).
+	criServer
 }
 
 // NewCRIDockerd resolves and checks the options and creates the
@@ -227,6 +219,7 @@ func NewCRIDockerd(opts ...CRIDockerdOption) (*CRIDockerd, error) {
 	d.ConfDir = pick(c.confDir, "net.d")
 	d.CacheDir = pick(c.cacheDir, "cnicache")
 	d.LogPath = pick(c.logPath, "cri-dockerd.log")
+	d.criServer = criServer{name: "cri-dockerd", sock: d.Sock, logPath: d.LogPath}
 	if len(d.Sock) > maxSockPath {
 		d.removeOwnDir()
 		return nil, fmt.Errorf("socket path %s is too long for a unix socket: set TMPDIR to a shorter directory", d.Sock)
@@ -300,105 +293,16 @@ func StartCRIDockerd(t testing.TB, opts ...CRIDockerdOption) *CRIDockerd {
 // Start runs cri-dockerd and waits until it answers CRI Version; it fails
 // fast when cri-dockerd exits meanwhile. The log is appended to.
 func (d *CRIDockerd) Start(ctx context.Context) error {
-	d.mu.Lock()
-	if d.proc != nil && !d.proc.exited() {
-		d.mu.Unlock()
-		return errors.New("cri-dockerd is already running")
-	}
-	f, err := os.OpenFile(d.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		d.mu.Unlock()
-		return err
-	}
-	fmt.Fprintf(f, "==== harness: starting cri-dockerd at %s ====\n", time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(d.cfg.bin, d.Args()...)
 	// Its own process group: a Ctrl-C meant for the test reaches the test
 	// only, which then stops cri-dockerd; SIGTERM if the test dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	p, err := startProc(cmd, f)
-	if err != nil {
-		d.mu.Unlock()
-		return err
-	}
-	d.proc, d.cri, d.version = p, nil, nil
-	d.starts++
-	d.mu.Unlock()
-	if err := d.waitServing(ctx, p); err != nil {
+	p, err := d.start(ctx, cmd, false, d.cfg.startTimeout)
+	if err != nil && p != nil {
 		// Not left running: a cri-dockerd that never answered is no use.
 		return errors.Join(err, p.stop("cri-dockerd", syscall.SIGTERM, d.cfg.stopTimeout))
 	}
-	return nil
-}
-
-// waitServing polls the socket with plain dials first (a socket file left
-// by an earlier run may be there before cri-dockerd replaces it), then
-// waits for CRI Version.
-func (d *CRIDockerd) waitServing(ctx context.Context, p *proc) error {
-	deadline := time.Now().Add(d.cfg.startTimeout)
-	listening := EventuallyCtx(ctx, d.cfg.startTimeout, func() bool {
-		if p.exited() {
-			return true
-		}
-		c, err := net.DialTimeout("unix", d.Sock, time.Second)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
-	if p.exited() {
-		return fmt.Errorf("cri-dockerd exited during start-up: %v\n%s", p.exitErr(), tail(d.LogPath, 15))
-	}
-	if !listening {
-		return fmt.Errorf("cri-dockerd did not listen on %s within %s (%v)", d.Sock, d.cfg.startTimeout, ctx.Err())
-	}
-	cri, err := DialCRI(d.Sock)
-	if err != nil {
-		return err
-	}
-	vctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	v, err := cri.Runtime.Version(vctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		cri.Conn.Close()
-		return fmt.Errorf("CRI Version on %s: %w", d.Sock, err)
-	}
-	d.mu.Lock()
-	d.cri, d.version = cri, v
-	d.mu.Unlock()
-	return nil
-}
-
-// CRI is the client of the running cri-dockerd; nil when it is not
-// running. It is closed by Stop.
-func (d *CRIDockerd) CRI() *CRI {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.cri
-}
-
-// Version is the CRI Version answer of the last start.
-func (d *CRIDockerd) Version() *runtimeapi.VersionResponse {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.version
-}
-
-// Pid is the process ID of the last start (0 before any).
-func (d *CRIDockerd) Pid() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.proc == nil {
-		return 0
-	}
-	return d.proc.pid()
-}
-
-// Running says whether the process started last has not exited.
-func (d *CRIDockerd) Running() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.proc != nil && !d.proc.exited()
+	return err
 }
 
 // Stop sends SIGTERM and waits (at most the stop timeout, then SIGKILL,
@@ -407,17 +311,8 @@ func (d *CRIDockerd) Running() bool {
 // in Docker. A cri-dockerd that is not running is left alone, so Stop may
 // be called again.
 func (d *CRIDockerd) Stop() error {
-	d.mu.Lock()
-	p, cri := d.proc, d.cri
-	d.cri = nil
-	d.mu.Unlock()
-	if cri != nil {
-		cri.Conn.Close()
-	}
-	if p == nil || p.exited() {
-		return nil
-	}
-	if err := p.stop("cri-dockerd", syscall.SIGTERM, d.cfg.stopTimeout); err != nil {
+	p, err := d.stop(syscall.SIGTERM, d.cfg.stopTimeout)
+	if err != nil || p == nil {
 		return err
 	}
 	if err := p.exitErr(); err != nil {

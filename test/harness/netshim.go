@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -150,11 +147,8 @@ type Netshim struct {
 	// Where things are; fixed for the life of the Netshim.
 	Dir, Sock, RootDir, ConfDir, CacheDir, LogPath string
 
-	mu      sync.Mutex
-	proc    *proc // of the last start
-	cri     *CRI
-	version *runtimeapi.VersionResponse
-	starts  int
+	// The process, its CRI client and Version answer (criserver.go).
+	criServer
 }
 
 // NewNetshim resolves the options and creates the directories; it does
@@ -202,6 +196,7 @@ func NewNetshim(opts ...NetshimOption) (*Netshim, error) {
 	n.ConfDir = pick(c.confDir, "net.d")
 	n.CacheDir = pick(c.cacheDir, "cnicache")
 	n.LogPath = pick(c.logPath, "netshim.log")
+	n.criServer = criServer{name: "netshim", sock: n.Sock, logPath: n.LogPath}
 	if len(n.Sock) > maxSockPath {
 		n.removeOwnDir()
 		return nil, fmt.Errorf("socket path %s is too long for a unix socket: set TMPDIR to a shorter directory", n.Sock)
@@ -276,144 +271,21 @@ func (n *Netshim) MustStart(t testing.TB) {
 // Start runs netshim and waits until it answers CRI Version. The log is
 // truncated at the first start and appended to by the later ones.
 func (n *Netshim) Start(ctx context.Context) error {
-	n.mu.Lock()
-	if n.proc != nil && !n.proc.exited() {
-		n.mu.Unlock()
-		return errors.New("netshim is already running")
-	}
-	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
-	if n.starts == 0 {
-		flags |= os.O_TRUNC
-	}
-	f, err := os.OpenFile(n.LogPath, flags, 0o644)
-	if err != nil {
-		n.mu.Unlock()
-		return err
-	}
-	fmt.Fprintf(f, "==== harness: starting netshim at %s ====\n", time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(n.cfg.bin, n.Args()...)
 	if n.cfg.processGroup {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	}
-	p, err := startProc(cmd, f)
-	if err != nil {
-		n.mu.Unlock()
-		return err
-	}
-	n.proc, n.cri, n.version = p, nil, nil
-	n.starts++
-	n.mu.Unlock()
-	return n.waitServing(ctx, p)
-}
-
-// waitServing polls the socket with plain dials first (gRPC's reconnect
-// backoff would stretch the wait after an early failed dial), then waits
-// for CRI Version.
-func (n *Netshim) waitServing(ctx context.Context, p *proc) error {
-	deadline := time.Now().Add(n.cfg.startTimeout)
-	listening := EventuallyCtx(ctx, n.cfg.startTimeout, func() bool {
-		if p.exited() {
-			return true
-		}
-		c, err := net.DialTimeout("unix", n.Sock, time.Second)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
-	if p.exited() {
-		return fmt.Errorf("netshim exited during start-up: %v", p.exitErr())
-	}
-	if !listening {
-		return fmt.Errorf("netshim did not listen on %s within %s (%v)", n.Sock, n.cfg.startTimeout, ctx.Err())
-	}
-	cri, err := DialCRI(n.Sock)
-	if err != nil {
-		return err
-	}
-	vctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	v, err := cri.Runtime.Version(vctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		cri.Conn.Close()
-		return fmt.Errorf("CRI Version on %s: %w", n.Sock, err)
-	}
-	n.mu.Lock()
-	n.cri, n.version = cri, v
-	n.mu.Unlock()
-	return nil
-}
-
-// CRI is the client of the running netshim; nil when it is not running.
-// It is closed when netshim is stopped: a client that must outlive
-// restarts makes its own with DialCRI(n.Sock).
-func (n *Netshim) CRI() *CRI {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.cri
-}
-
-// Version is the CRI Version answer of the last start.
-func (n *Netshim) Version() *runtimeapi.VersionResponse {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.version
-}
-
-// Pid is the process ID of the last start (0 before any).
-func (n *Netshim) Pid() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.proc == nil {
-		return 0
-	}
-	return n.proc.pid()
-}
-
-// Running says whether the process started last has not exited.
-func (n *Netshim) Running() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.proc != nil && !n.proc.exited()
-}
-
-// Exited says whether a process was started and has exited.
-func (n *Netshim) Exited() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.proc != nil && n.proc.exited()
-}
-
-// WaitErr is the exit status of the last process, once it exited.
-func (n *Netshim) WaitErr() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.proc == nil {
-		return nil
-	}
-	return n.proc.exitErr()
+	_, err := n.start(ctx, cmd, true, n.cfg.startTimeout)
+	return err
 }
 
 // Stop sends sig and waits (at most StopTimeout, then SIGKILL) for netshim
 // to exit. After SIGTERM it must have exited 0 and removed its socket. A
 // netshim that is not running is left alone.
 func (n *Netshim) Stop(sig syscall.Signal) error {
-	n.mu.Lock()
-	p, cri := n.proc, n.cri
-	n.cri = nil
-	n.mu.Unlock()
-	if cri != nil {
-		cri.Conn.Close()
-	}
-	if p == nil || p.exited() {
-		return nil
-	}
-	if err := p.stop("netshim", sig, StopTimeout); err != nil {
+	p, err := n.stop(sig, StopTimeout)
+	if err != nil || p == nil || sig != syscall.SIGTERM {
 		return err
-	}
-	if sig != syscall.SIGTERM {
-		return nil
 	}
 	if err := p.exitErr(); err != nil {
 		return fmt.Errorf("netshim exited with %v after SIGTERM", err)
