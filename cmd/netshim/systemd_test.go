@@ -20,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/netshim/netshim/internal/testutil"
+	"github.com/netshim/netshim/test/harness"
 )
 
 // fakeNotifier records what netshim would tell systemd.
@@ -371,59 +372,6 @@ func TestWatchdogTimeout(t *testing.T) {
 	}
 }
 
-// notifyLog is a NOTIFY_SOCKET of the test's, and what arrived on it.
-type notifyLog struct {
-	ch  chan string // one notification per datagram
-	mu  sync.Mutex
-	all []string
-}
-
-func listenNotify(t *testing.T, path string) *notifyLog {
-	t.Helper()
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	l := &notifyLog{ch: make(chan string, 1000)}
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			l.mu.Lock()
-			l.all = append(l.all, string(buf[:n]))
-			l.mu.Unlock()
-			l.ch <- string(buf[:n])
-		}
-	}()
-	return l
-}
-
-// wait reads notifications until one satisfies ok.
-func (l *notifyLog) wait(t *testing.T, what string, ok func(string) bool) string {
-	t.Helper()
-	deadline := time.After(testutil.EventuallyTimeout)
-	for {
-		select {
-		case s := <-l.ch:
-			if ok(s) {
-				return s
-			}
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
-func (l *notifyLog) received() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.all)
-}
-
 // Under systemd with Docker down, netshim holds its socket but serves
 // nothing, says why in STATUS=, keeps feeding the watchdog (a Docker that
 // is down is not a stuck loop), and on a stop says STOPPING=1 and removes
@@ -432,7 +380,7 @@ func TestRunUnderSystemdWaitsForDocker(t *testing.T) {
 	dir := t.TempDir()
 	opts := testOptions(dir)
 	sock := strings.TrimPrefix(opts.listen, "unix://")
-	notify := listenNotify(t, filepath.Join(dir, "notify"))
+	notify := harness.ListenNotify(t, filepath.Join(dir, "notify"))
 	t.Setenv("NOTIFY_SOCKET", filepath.Join(dir, "notify"))
 	t.Setenv("WATCHDOG_USEC", "200000")
 	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
@@ -442,10 +390,10 @@ func TestRunUnderSystemdWaitsForDocker(t *testing.T) {
 	runErr := make(chan error, 1)
 	go func() { runErr <- run(ctx, opts) }()
 
-	notify.wait(t, "the start-up status", func(s string) bool {
+	notify.Wait(t, testutil.EventuallyTimeout, "the start-up status", func(s string) bool {
 		return s == "STATUS=Reading the state of Docker at "+opts.dockerEndpoint
 	})
-	notify.wait(t, "the waiting status", func(s string) bool {
+	notify.Wait(t, testutil.EventuallyTimeout, "the waiting status", func(s string) bool {
 		return strings.HasPrefix(s, "STATUS=Waiting for Docker at "+opts.dockerEndpoint+": ")
 	})
 	// A client that connects now is queued, not answered.
@@ -462,7 +410,7 @@ func TestRunUnderSystemdWaitsForDocker(t *testing.T) {
 		callErr <- err
 	}()
 	for range 3 {
-		notify.wait(t, "a watchdog ping while Docker is down", func(s string) bool { return s == "WATCHDOG=1" })
+		notify.Wait(t, testutil.EventuallyTimeout, "a watchdog ping while Docker is down", func(s string) bool { return s == "WATCHDOG=1" })
 	}
 
 	cancel()
@@ -474,11 +422,11 @@ func TestRunUnderSystemdWaitsForDocker(t *testing.T) {
 	case <-time.After(testutil.EventuallyTimeout):
 		t.Fatal("run did not return after the stop")
 	}
-	stopping := notify.wait(t, "STOPPING=1", func(s string) bool { return strings.HasPrefix(s, "STOPPING=1\n") })
+	stopping := notify.Wait(t, testutil.EventuallyTimeout, "STOPPING=1", func(s string) bool { return strings.HasPrefix(s, "STOPPING=1\n") })
 	if want := "STATUS=Stopped before serving: stopped after waiting "; !strings.Contains(stopping, want) {
 		t.Errorf("stopping notification %q does not say %q", stopping, want)
 	}
-	for _, s := range notify.received() {
+	for _, s := range notify.Received() {
 		if strings.Contains(s, "READY=1") {
 			t.Errorf("READY=1 sent without Docker: %q", s)
 		}

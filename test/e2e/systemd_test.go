@@ -56,7 +56,7 @@ func TestSystemdSocketActivationAndNotify(t *testing.T) {
 	sock := filepath.Join(dir, "netshim.sock")
 	notifyPath := filepath.Join(dir, "notify")
 	proxyPath := filepath.Join(dir, "docker.sock")
-	notify := listenNotify(t, notifyPath)
+	notify := harness.ListenNotify(t, notifyPath)
 
 	n, err := harness.NewNetshim(harness.WithBinary(cfg.netshim), harness.WithDir(dir), harness.WithSocket(sock),
 		harness.WithCNIBinDir(cfg.cniBinDir), harness.WithDockerEndpoint("unix://"+proxyPath),
@@ -95,7 +95,7 @@ func TestSystemdSocketActivationAndNotify(t *testing.T) {
 			<-exited
 		}
 		if t.Failed() {
-			t.Logf("notifications: %q\n%s", notify.received(), n.LogTail(60))
+			t.Logf("notifications: %q\n%s", notify.Received(), n.LogTail(60))
 		}
 	})
 	if !poll(startDeadline, func() bool { _, err := os.Stat(sock); return err == nil }) {
@@ -133,17 +133,17 @@ func TestSystemdSocketActivationAndNotify(t *testing.T) {
 		}
 	}
 
-	notify.wait(t, startDeadline, "the start-up status", func(s string) bool {
+	notify.Wait(t, startDeadline, "the start-up status", func(s string) bool {
 		return s == "STATUS=Reading the state of Docker at unix://"+proxyPath
 	})
-	notify.wait(t, startDeadline, "the status saying netshim waits for Docker", func(s string) bool {
+	notify.Wait(t, startDeadline, "the status saying netshim waits for Docker", func(s string) bool {
 		return strings.HasPrefix(s, "STATUS=Waiting for Docker at unix://"+proxyPath+": ")
 	})
 	for i := range 2 {
-		notify.wait(t, startDeadline, "a watchdog ping while Docker is unreachable", func(s string) bool { return s == "WATCHDOG=1" })
+		notify.Wait(t, startDeadline, "a watchdog ping while Docker is unreachable", func(s string) bool { return s == "WATCHDOG=1" })
 		notAnswered("while netshim waited for Docker (ping " + strconv.Itoa(i+1) + ")")
 	}
-	for _, s := range notify.received() {
+	for _, s := range notify.Received() {
 		if strings.Contains(s, "READY=1") {
 			t.Fatalf("READY=1 before Docker was reachable: %q", s)
 		}
@@ -151,7 +151,7 @@ func TestSystemdSocketActivationAndNotify(t *testing.T) {
 
 	// Docker comes: READY=1, then the early client's answers.
 	startUnixProxy(t, proxyPath, dockerSocket())
-	ready := notify.wait(t, startDeadline, "READY=1", func(s string) bool { return strings.HasPrefix(s, "READY=1\n") })
+	ready := notify.Wait(t, startDeadline, "READY=1", func(s string) bool { return strings.HasPrefix(s, "READY=1\n") })
 	if want := "STATUS=Serving CRI on " + sock + " (passed by systemd); "; !strings.Contains(ready, want) {
 		t.Errorf("READY notification %q does not say %q", ready, want)
 	}
@@ -168,7 +168,7 @@ func TestSystemdSocketActivationAndNotify(t *testing.T) {
 		t.Fatal("the early client was not answered after READY=1")
 	}
 	for range 2 {
-		notify.wait(t, startDeadline, "a watchdog ping while serving", func(s string) bool { return s == "WATCHDOG=1" })
+		notify.Wait(t, startDeadline, "a watchdog ping while serving", func(s string) bool { return s == "WATCHDOG=1" })
 	}
 	if logged, _ := os.ReadFile(n.LogPath); !strings.Contains(string(logged), "Using the CRI socket the service manager passed") {
 		t.Errorf("netshim's log does not say it serves the passed socket")
@@ -178,7 +178,7 @@ func TestSystemdSocketActivationAndNotify(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	notify.wait(t, stopDeadline, "STOPPING=1", func(s string) bool { return strings.HasPrefix(s, "STOPPING=1\n") })
+	notify.Wait(t, stopDeadline, "STOPPING=1", func(s string) bool { return strings.HasPrefix(s, "STOPPING=1\n") })
 	select {
 	case <-exited:
 		if waitErr != nil {
@@ -248,59 +248,4 @@ func startUnixProxy(t *testing.T, path, target string) {
 			go pipe(out, in)
 		}
 	}()
-}
-
-// notifyLog is a NOTIFY_SOCKET: what arrives on it, one notification per
-// datagram.
-type notifyLog struct {
-	ch  chan string
-	mu  sync.Mutex
-	all []string
-}
-
-func listenNotify(t *testing.T, path string) *notifyLog {
-	t.Helper()
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	l := &notifyLog{ch: make(chan string, 10000)}
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			k, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			s := string(buf[:k])
-			l.mu.Lock()
-			l.all = append(l.all, s)
-			l.mu.Unlock()
-			l.ch <- s
-		}
-	}()
-	return l
-}
-
-// wait reads notifications until one satisfies ok, for at most timeout.
-func (l *notifyLog) wait(t *testing.T, timeout time.Duration, what string, ok func(string) bool) string {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case s := <-l.ch:
-			if ok(s) {
-				return s
-			}
-		case <-deadline:
-			t.Fatalf("no %s within %s", what, timeout)
-		}
-	}
-}
-
-func (l *notifyLog) received() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.all...)
 }
