@@ -302,23 +302,16 @@ func (ds *DockerService) adoptContainerLog(ctx context.Context, rec *store.Recor
 		log.Error(err, "Not taking over the log of an adopted container")
 		return false
 	}
-	ictx, cancel := context.WithTimeout(ctx, recoverStatusTimeout)
-	c, err := ds.client.ContainerInspect(ictx, rec.ID)
-	cancel()
-	if err != nil {
-		log.Error(err, "Cannot inspect an adopted container to take over its log")
-		return false
+	if info.dockerLogPath == "" {
+		return false // not the json-file driver: cri-dockerd made no link
 	}
-	if c.ContainerJSONBase == nil || c.LogPath == "" {
-		return false
-	}
-	replaced, err := crilog.ReplaceLink(info.logPath, c.LogPath)
+	replaced, err := crilog.ReplaceLink(info.logPath, info.dockerLogPath)
 	if err != nil {
 		log.Error(err, "Cannot take over the log of an adopted container; kubelet keeps reading what is there")
 		return false
 	}
 	if replaced {
-		log.V(2).Info("Took over the log of an adopted container", "dockerLog", c.LogPath)
+		log.V(2).Info("Took over the log of an adopted container", "dockerLog", info.dockerLogPath)
 	}
 	return replaced
 }

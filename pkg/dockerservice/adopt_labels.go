@@ -90,16 +90,17 @@ func decodeCRIDockerd(c container.InspectResponse) (store.Kind, any, error) {
 		return 0, nil, fmt.Errorf("container %q has no label %s", trimSlash(c.Name), criDockerdLabelSandboxID)
 	}
 	return kind, &containerInfo{
-		metadata:    &runtimeapi.ContainerMetadata{Name: parts[1], Attempt: uint32(attempt)},
-		labels:      criLabels,
-		annotations: annotations,
-		image:       &runtimeapi.ImageSpec{Image: c.Config.Image},
-		imageRef:    c.Image,
-		logPath:     labels[criDockerdLabelLogPath],
-		mounts:      criMountsFromDocker(c.Mounts),
-		tty:         c.Config.Tty,
-		stopSignal:  criSignal(c.Config.StopSignal),
-		adopted:     true,
+		metadata:      &runtimeapi.ContainerMetadata{Name: parts[1], Attempt: uint32(attempt)},
+		labels:        criLabels,
+		annotations:   annotations,
+		image:         &runtimeapi.ImageSpec{Image: c.Config.Image},
+		imageRef:      c.Image,
+		logPath:       labels[criDockerdLabelLogPath],
+		mounts:        criMountsFromDocker(c.Mounts),
+		tty:           c.Config.Tty,
+		stopSignal:    criSignal(c.Config.StopSignal),
+		adopted:       true,
+		dockerLogPath: c.LogPath,
 	}, nil
 }
 

@@ -109,8 +109,11 @@ type containerInfo struct {
 	// resources are the container's current limits, from its HostConfig;
 	// nil when the record was not built from one.
 	resources *runtimeapi.LinuxContainerResources
-	// adopted marks a container cri-dockerd made (adopt_labels.go).
-	adopted bool
+	// adopted marks a container cri-dockerd made (adopt_labels.go);
+	// dockerLogPath is then its json-file log, which cri-dockerd's log
+	// symlink points at (adopt.go takes the symlink over).
+	adopted       bool
+	dockerLogPath string
 }
 
 // decodeContainerMeta decodes a workload container's meta label. Its
