@@ -43,7 +43,7 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-takeover e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
+.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-takeover e2e-cluster test run clean bench bench-kubelet dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
 
 ## build: compile the daemon into _output/netshim
 build:
@@ -148,7 +148,7 @@ conformance:
 
 ## unit: unit tests with the race detector
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/harness/... ./test/node-conformance/... ./test/deb/... ./test/takeover/... ./test/tools/...
+	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/kubeletbench/... ./test/harness/... ./test/node-conformance/... ./test/deb/... ./test/takeover/... ./test/tools/...
 
 ## fuzz: run every Go fuzz target under pkg/ for FUZZTIME each (default 30s)
 # go test takes one -fuzz target per run, so the targets (func FuzzX in a
@@ -351,6 +351,13 @@ run:
 ## bench: netshim vs the Docker+CNI floor; prints the table, also in _output/bench.md (root)
 bench:
 	@hack/bench.sh $(BENCH_FLAGS)
+
+## bench-kubelet: netshim under a real kubelet with 50 static pods (test/kubeletbench, issue 13): drop -> all
+# running, PLEG relist mean, the runtime stack's CPU over a 2-minute hold and its PSS, teardown; one column per
+# netshim configuration (default, plus BENCH_KUBELET_FLAGS="--mode NAME='--flag ...'"); prints the table, also in
+# _output/bench-kubelet.md (root; run it under flock /tmp/netshim-docker.lock)
+bench-kubelet:
+	@hack/bench-kubelet.sh $(BENCH_KUBELET_FLAGS)
 
 ## clean: stop the engines hack/dockerd.sh and hack/docker29.sh started, remove _output/
 # (the private engines' data in /var/lib/netshim-docker29 and /var/lib/netshim-docker20-runc143 stays)

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# hack/bench-kubelet.sh [netshim-kubelet-bench flags...]
+#
+# `make bench-kubelet`: netshim under a real kubelet with 50 static pods
+# (test/kubeletbench; issue 13). For each netshim configuration ("default",
+# plus any --mode NAME='--flag1 --flag2'): drop -> all running, kubelet's PLEG
+# relist mean, the runtime stack's CPU (netshim, dockerd, containerd, shims)
+# over the hold and its PSS at its end, the teardown. Prints the table, also
+# written to _output/bench-kubelet.md; logs (and CPU profiles with --profile)
+# in _output/bench-kubelet/.
+#
+# Installs missing Debian packages, builds netshim (and netshim-oci if the
+# tree has it: registered on the private dockerd, for --sandbox-netns modes),
+# the bench and kubelet v1.36 (hack/build-kubelet.sh, cached; KUBELET_BIN=PATH
+# runs another one), starts the host engine if none answers (and stops it at
+# the end if this script started it) and builds the local images there, which
+# the bench loads into its private dockerd. Needs root. Run it under the
+# machine's Docker lock: flock /tmp/netshim-docker.lock make bench-kubelet.
+# Examples:
+#   make bench-kubelet BENCH_KUBELET_FLAGS="--hold 20s"
+#   make bench-kubelet BENCH_KUBELET_FLAGS="--mode pinned='--sandbox-netns=pinned' --rounds 3"
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT="$ROOT/_output"
+GO=${GO:-go}
+CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
+
+die() { echo "bench-kubelet.sh: $*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "must run as root"
+cd "$ROOT"
+
+"$ROOT/hack/install-deps.sh"
+
+mkdir -p "$OUT"
+version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+"$GO" build -ldflags "-X github.com/netshim/netshim/pkg/version.Version=$version" -o "$OUT/netshim" ./cmd/netshim
+oci=()
+if [[ -d "$ROOT/cmd/netshim-oci" ]]; then
+  "$GO" build -o "$OUT/netshim-oci" ./cmd/netshim-oci
+  oci=(--netshim-oci "$OUT/netshim-oci")
+fi
+"$GO" build -o "$OUT/netshim-kubelet-bench" ./test/kubeletbench
+KUBELET=${KUBELET_BIN:-}
+if [[ -z "$KUBELET" ]]; then
+  "$ROOT/hack/build-kubelet.sh" build v1.36
+  KUBELET="$OUT/kubelet-v1.36"
+fi
+
+if ! "$ROOT/hack/dockerd.sh" status >/dev/null 2>&1; then
+  trap '"$ROOT/hack/dockerd.sh" stop' EXIT
+fi
+"$ROOT/hack/dockerd.sh" start
+"$ROOT/hack/images.sh"
+
+mkdir -p "$OUT/bench-kubelet"
+"$OUT/netshim-kubelet-bench" \
+  --netshim "$OUT/netshim" \
+  --kubelet "$KUBELET" \
+  "${oci[@]}" \
+  --cni-bin-dir "$CNI_BIN_DIR" \
+  --artifacts "$OUT/bench-kubelet" \
+  --state "$OUT/bench-kubelet.state" \
+  --out "$OUT/bench-kubelet.md" \
+  "$@"
+echo "bench-kubelet.sh: table written to $OUT/bench-kubelet.md"

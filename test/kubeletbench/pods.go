@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// sleeper is the pods' one container: a shell that sleeps and exits at
+// once on SIGTERM (as PID 1 it would ignore the signal without the trap,
+// and every teardown would wait out the grace period instead).
+const sleeper = "trap 'exit 0' TERM; sleep 1000000 & wait"
+
+// podName is the name of the i-th static pod (kubelet adds the node name).
+func podName(i int) string { return fmt.Sprintf("kb-%03d", i) }
+
+// manifest is a static pod with one cheap container, as JSON (kubelet's
+// file source reads YAML, of which JSON is a subset).
+func manifest(name, namespace, image string) ([]byte, error) {
+	pod := map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Pod",
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+		"spec": map[string]any{
+			"restartPolicy":                 "Always",
+			"dnsPolicy":                     "Default",
+			"terminationGracePeriodSeconds": 10,
+			"containers": []any{map[string]any{
+				"name":            "sleep",
+				"image":           image,
+				"imagePullPolicy": "Never",
+				"command":         []string{"sh", "-c", sleeper},
+			}},
+		},
+	}
+	return json.Marshal(pod)
+}
+
+// writeManifests writes n manifests into dir, each atomically (kubelet
+// ignores dot files, so it never reads a partial one), and returns their
+// paths.
+func writeManifests(dir, namespace, image string, n int) ([]string, error) {
+	var paths []string
+	for i := range n {
+		name := podName(i)
+		data, err := manifest(name, namespace, image)
+		if err != nil {
+			return paths, err
+		}
+		tmp := filepath.Join(dir, "."+name+".tmp")
+		path := filepath.Join(dir, name+".json")
+		if err := os.WriteFile(tmp, data, 0o644); err != nil {
+			return paths, err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			os.Remove(tmp)
+			return paths, err
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
+
+// removeManifests removes the manifests; a missing one is not an error.
+func removeManifests(paths []string) error {
+	var errs []error
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// podView is what the CRI says of the namespace's pods at one moment.
+type podView struct {
+	sandboxes, ready    int
+	containers, running int
+	// running containers by id, with their attempt, to tell a restart.
+	runningIDs map[string]uint32
+}
+
+func (v podView) String() string {
+	return fmt.Sprintf("%d sandboxes (%d ready), %d containers (%d running)", v.sandboxes, v.ready, v.containers, v.running)
+}
+
+// viewPods lists the namespace's sandboxes and containers through the CRI
+// (kubelet runs without an API server: netshim's answers are the truth).
+func viewPods(ctx context.Context, rt runtimeapi.RuntimeServiceClient, namespace string) (podView, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return podView{}, fmt.Errorf("ListPodSandbox: %w", err)
+	}
+	ours := map[string]bool{}
+	v := podView{runningIDs: map[string]uint32{}}
+	for _, s := range sbs.Items {
+		if s.GetMetadata().GetNamespace() != namespace {
+			continue
+		}
+		ours[s.Id] = true
+		v.sandboxes++
+		if s.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			v.ready++
+		}
+	}
+	cs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return podView{}, fmt.Errorf("ListContainers: %w", err)
+	}
+	for _, c := range cs.Containers {
+		if !ours[c.PodSandboxId] {
+			continue
+		}
+		v.containers++
+		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			v.running++
+			v.runningIDs[c.Id] = c.GetMetadata().GetAttempt()
+		}
+	}
+	return v, nil
+}
+
+// waitFor polls the pods every interval until done says so, the deadline
+// passes or ctx ends, and returns how long it took and the last view.
+func waitFor(ctx context.Context, rt runtimeapi.RuntimeServiceClient, namespace string, start time.Time,
+	deadline, interval time.Duration, done func(podView) bool) (time.Duration, podView, error) {
+	var last podView
+	var lastErr error
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		v, err := viewPods(ctx, rt, namespace)
+		if err == nil {
+			last, lastErr = v, nil
+			if done(v) {
+				return time.Since(start), v, nil
+			}
+		} else {
+			lastErr = err
+		}
+		if time.Since(start) > deadline {
+			return time.Since(start), last, fmt.Errorf("not within %s: %v (last error: %v)", deadline, last, lastErr)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), last, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// changedDuring names what differs between the running containers before
+// and after the hold: a container that stopped, restarted or appeared.
+func changedDuring(before, after podView) []string {
+	var out []string
+	for id, attempt := range before.runningIDs {
+		a, ok := after.runningIDs[id]
+		switch {
+		case !ok:
+			out = append(out, "container "+short(id)+" no longer running")
+		case a != attempt:
+			out = append(out, fmt.Sprintf("container %s attempt %d -> %d", short(id), attempt, a))
+		}
+	}
+	for id := range after.runningIDs {
+		if _, ok := before.runningIDs[id]; !ok {
+			out = append(out, "container "+short(id)+" started during the hold")
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,510 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/test/harness"
+)
+
+// world is what every run shares: the host guard, the temp dir, the
+// private dockerd with the images. Each run adds its own netshim and
+// kubelet (measure).
+type world struct {
+	o       options
+	guard   *harness.HostGuard
+	tmp     string
+	ipamDir string
+	dockerd *harness.Dockerd
+	procs   procFS
+}
+
+func newWorld(o options) (*world, error) {
+	w := &world{o: o, procs: procFS{root: "/proc"}}
+	g, err := harness.NewHostGuard(o.state, harness.WithGuardLog(func(f string, a ...any) {
+		fmt.Printf("bench-kubelet: "+f+"\n", a...)
+	}))
+	if err != nil {
+		return w, fmt.Errorf("cleaning up after an earlier run: %w", err)
+	}
+	w.guard = g
+	return w, nil
+}
+
+// setUp checks the host, records what the world will change and starts
+// the private dockerd with the images.
+func (w *world) setUp(ctx context.Context) error {
+	if err := preflight(); err != nil {
+		return err
+	}
+	var err error
+	if w.tmp, err = os.MkdirTemp("", "nskbench."); err != nil {
+		return err
+	}
+	w.ipamDir = filepath.Join(w.tmp, "ipam")
+	if err := errors.Join(
+		w.guard.RecordTempDir(w.tmp),
+		w.guard.WatchLink(bridgeName),
+		w.guard.WatchCNIRules(networkName, subnetCIDR),
+		w.guard.RemoveAtRestore(filepath.Join(harness.KubeletContainerLogsDir, "*_"+namespace+"_*.log")),
+	); err != nil {
+		return err
+	}
+	if w.o.artifacts != "" {
+		if err := os.MkdirAll(w.o.artifacts, 0o755); err != nil {
+			return err
+		}
+	}
+	fmt.Println("==> private dockerd with the host engine's images")
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var dopts []harness.DockerdOption
+	dopts = append(dopts, harness.WithImages(w.o.pauseImage, w.o.image))
+	if w.o.netshimOCI != "" {
+		dopts = append(dopts, harness.WithRuntime("netshim-oci", w.o.netshimOCI))
+	}
+	w.dockerd = harness.NewDockerd(filepath.Join(w.tmp, "docker"), dopts...)
+	if err := os.MkdirAll(w.dockerd.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := w.dockerd.Start(); err != nil {
+		return err
+	}
+	if err := w.guard.RecordProcess("dockerd", w.dockerdPid(), w.tmp); err != nil {
+		return err
+	}
+	return w.dockerd.LoadImages()
+}
+
+// preflight refuses to run where the world would collide with the host: a
+// route into the test's subnet, or its bridge already there.
+func preflight() error {
+	if _, err := os.Stat(filepath.Join("/sys/class/net", bridgeName)); err == nil {
+		return fmt.Errorf("bridge %s exists already (another run? `ip link del %s` if none)", bridgeName, bridgeName)
+	}
+	var overlap []string
+	for _, sel := range []string{"match", "root"} {
+		out, err := harness.RunCmd("ip", "-4", "route", "show", sel, subnetCIDR)
+		if err != nil {
+			return fmt.Errorf("ip route show %s %s: %w: %s", sel, subnetCIDR, err, out)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if line != "" && !strings.HasPrefix(line, "default") {
+				overlap = append(overlap, line)
+			}
+		}
+	}
+	if len(overlap) > 0 {
+		return fmt.Errorf("%s, which the bench needs, overlaps a route here: %s", subnetCIDR, strings.Join(overlap, "; "))
+	}
+	return nil
+}
+
+// dockerdPid is the private dockerd's pid, from its pid file.
+func (w *world) dockerdPid() int {
+	data, _ := os.ReadFile(filepath.Join(w.dockerd.Dir, "docker.pid"))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	if pid <= 1 {
+		return 0
+	}
+	return pid
+}
+
+// describe is the set-up's line for the report.
+func (w *world) describe() map[string]string {
+	d := map[string]string{}
+	if v, err := harness.RunCmd(w.o.kubelet, "--version"); err == nil {
+		d["kubelet"] = strings.TrimSpace(v)
+	}
+	if w.dockerd != nil {
+		if v, err := w.dockerd.Docker("version", "--format", "{{.Server.Version}} (API {{.Server.APIVersion}})"); err == nil {
+			d["docker"] = strings.TrimSpace(v)
+		}
+	}
+	if v, err := harness.RunCmd(w.o.netshim, "version"); err == nil {
+		d["netshim"] = strings.TrimSpace(v)
+	}
+	return d
+}
+
+// tearDown stops and removes the private dockerd (with the shims and
+// containers it may leave) and restores the host.
+func (w *world) tearDown() error {
+	fmt.Println("==> teardown")
+	var errs []error
+	if w.dockerd != nil {
+		if w.o.artifacts != "" {
+			copyFile(w.dockerd.LogPath(), filepath.Join(w.o.artifacts, "dockerd.log"))
+		}
+		errs = append(errs, w.dockerd.Remove())
+	}
+	if w.guard != nil {
+		errs = append(errs, w.guard.Restore())
+	}
+	if _, err := os.Stat(filepath.Join("/sys/class/net", bridgeName)); err == nil {
+		errs = append(errs, fmt.Errorf("bridge %s is still there", bridgeName))
+	}
+	if w.tmp != "" {
+		if _, err := os.Stat(w.tmp); err == nil {
+			errs = append(errs, fmt.Errorf("%s is still there", w.tmp))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runWorld is one run's netshim and kubelet.
+type runWorld struct {
+	dir, staticDir string
+	netshim        *harness.Netshim
+	kubelet        *harness.Kubelet
+	manifests      []string
+	artifacts      string
+}
+
+// startRun starts this run's netshim (with the mode's flags) and kubelet.
+func (w *world) startRun(ctx context.Context, r run, rw *runWorld) error {
+	rw.dir = filepath.Join(w.tmp, fmt.Sprintf("%s-r%d", r.mode.name, r.round))
+	rw.staticDir = filepath.Join(rw.dir, "manifests")
+	netshimDir := filepath.Join(rw.dir, "netshim")
+	if w.o.artifacts != "" {
+		rw.artifacts = filepath.Join(w.o.artifacts, fmt.Sprintf("%s-r%d", r.mode.name, r.round))
+		if err := os.MkdirAll(rw.artifacts, 0o755); err != nil {
+			return err
+		}
+	}
+	args := []string{"--network-plugin", "cni", "--metrics-bind-address", strings.TrimPrefix(w.netshimURL(), "http://")}
+	var err error
+	rw.netshim, err = harness.NewNetshim(
+		harness.WithBinary(w.o.netshim),
+		harness.WithDir(netshimDir),
+		harness.WithDockerEndpoint(w.dockerd.Endpoint()),
+		harness.WithCNIBinDir(w.o.cniBinDir),
+		harness.WithPauseImage(w.o.pauseImage),
+		harness.WithVerbosity(w.o.netshimV),
+		harness.WithOwnProcessGroup(),
+		harness.WithArgs(append(args, r.mode.args...)...),
+		harness.WithCNIConfig(
+			harness.WithNetworkName(networkName),
+			harness.WithBridge(bridgeName),
+			harness.WithHairpin(false),
+			harness.WithIPAM(map[string]any{
+				"type":    "host-local",
+				"ranges":  [][]map[string]string{{{"subnet": subnetCIDR, "gateway": gatewayIP}}},
+				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+				"dataDir": w.ipamDir,
+			}),
+			harness.WithoutPortmap(),
+			harness.WithPlugins(
+				map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+				map[string]any{"type": "firewall"},
+			),
+		),
+	)
+	if err != nil {
+		return err
+	}
+	nctx, ncancel := context.WithTimeout(ctx, harness.StartTimeout+5*time.Second)
+	defer ncancel()
+	err = rw.netshim.Start(nctx)
+	if pid := rw.netshim.Pid(); pid > 0 {
+		err = errors.Join(err, w.guard.RecordProcess("netshim", pid, w.tmp))
+	}
+	if err != nil {
+		return fmt.Errorf("netshim %s: %w\n%s", strings.Join(r.mode.args, " "), err, rw.netshim.LogTail(20))
+	}
+
+	sync := w.o.syncFrequency.String()
+	rw.kubelet, err = harness.NewKubelet(
+		harness.WithKubeletBinary(w.o.kubelet),
+		harness.WithRuntimeEndpoint(rw.netshim.Sock),
+		harness.WithKubeletDir(filepath.Join(rw.dir, "kubelet")),
+		harness.WithStaticPodPath(rw.staticDir),
+		harness.WithNodeName(nodeName),
+		harness.WithKubeletPorts(w.o.kubeletPort, w.o.healthzPort),
+		harness.WithPodLogsDir(filepath.Join(rw.dir, "pods")),
+		harness.WithKubeletVerbosity(w.o.kubeletV),
+		harness.WithHostGuard(w.guard),
+		harness.WithKubeletConfig(func(cfg map[string]any) { cfg["syncFrequency"] = sync }),
+	)
+	if err != nil {
+		return err
+	}
+	kctx, kcancel := context.WithTimeout(ctx, harness.KubeletStartTimeout+5*time.Second)
+	defer kcancel()
+	return rw.kubelet.Start(kctx)
+}
+
+// stopRun removes what is left of the run's pods (after a failure: the
+// manifests, then through netshim), stops kubelet and netshim, keeps their
+// logs and checks that the run left nothing in the engine, the network or
+// netshim's state.
+func (w *world) stopRun(rw *runWorld) error {
+	var errs []error
+	errs = append(errs, removeManifests(rw.manifests))
+	if rw.kubelet != nil {
+		errs = append(errs, rw.kubelet.Stop())
+		if rw.artifacts != "" {
+			copyFile(rw.kubelet.LogPath, filepath.Join(rw.artifacts, "kubelet.log"))
+		}
+	}
+	if rw.netshim != nil {
+		if rw.netshim.Running() {
+			ctx, cancel := context.WithTimeout(context.Background(), harness.RPCTimeout)
+			if v, err := viewPods(ctx, rw.netshim.CRI().Runtime, namespace); err == nil && v.sandboxes > 0 {
+				errs = append(errs, fmt.Errorf("kubelet left %v; removing them through netshim", v))
+				errs = append(errs, rw.netshim.RemovePods(ctx, namespace))
+			}
+			cancel()
+		}
+		errs = append(errs, rw.netshim.Stop(syscall.SIGTERM))
+		if rw.artifacts != "" {
+			copyFile(rw.netshim.LogPath, filepath.Join(rw.artifacts, "netshim.log"))
+		}
+		errs = append(errs, w.audit(rw.netshim.RootDir))
+	}
+	return errors.Join(errs...)
+}
+
+// audit checks that no pod of the run left anything: containers in the
+// private engine (all of its containers are the bench's), checkpoints in
+// netshim's root, IPs in host-local's store, veths on the bridge, the
+// portmap and firewall plugins' rules.
+func (w *world) audit(netshimRoot string) error {
+	var leaks []string
+	if out, err := w.dockerd.Docker("ps", "-aq"); err != nil {
+		leaks = append(leaks, fmt.Sprintf("docker ps: %v", err))
+	} else if ids := strings.Fields(out); len(ids) > 0 {
+		leaks = append(leaks, fmt.Sprintf("%d container(s) left in the private engine", len(ids)))
+	}
+	if cps, _ := os.ReadDir(filepath.Join(netshimRoot, "sandbox")); len(cps) > 0 {
+		leaks = append(leaks, fmt.Sprintf("%d checkpoint(s) left in %s/sandbox", len(cps), netshimRoot))
+	}
+	_, subnet, _ := net.ParseCIDR(subnetCIDR)
+	entries, _ := os.ReadDir(filepath.Join(w.ipamDir, networkName))
+	for _, e := range entries {
+		if ip := net.ParseIP(e.Name()); ip != nil && subnet.Contains(ip) {
+			leaks = append(leaks, "host-local still holds "+e.Name())
+		}
+	}
+	if ports, _ := os.ReadDir(filepath.Join("/sys/class/net", bridgeName, "brif")); len(ports) > 0 {
+		leaks = append(leaks, fmt.Sprintf("%d veth(s) left on %s", len(ports), bridgeName))
+	}
+	if rules, err := harness.CNIRulesLeft(networkName, subnetCIDR); err != nil {
+		leaks = append(leaks, fmt.Sprintf("listing CNI rules: %v", err))
+	} else if len(rules) > 0 {
+		leaks = append(leaks, fmt.Sprintf("CNI rules left: %s", strings.Join(rules, "; ")))
+	}
+	if len(leaks) > 0 {
+		return fmt.Errorf("leak audit: %s", strings.Join(leaks, "; "))
+	}
+	return nil
+}
+
+// measure is one run: start netshim and kubelet, drop the manifests, wait
+// for the pods, hold, remove the manifests, wait for the pods to go, stop.
+func (w *world) measure(ctx context.Context, r run) (res result) {
+	res.run = r
+	var rw runWorld
+	defer func() {
+		if err := w.stopRun(&rw); err != nil {
+			res.err = errors.Join(res.err, fmt.Errorf("cleanup: %w", err))
+		}
+	}()
+	if err := w.startRun(ctx, r, &rw); err != nil {
+		res.err = err
+		return res
+	}
+	rt := rw.netshim.CRI().Runtime
+	st := stack{netshim: rw.netshim.Pid(), kubelet: rw.kubelet.Pid(), dockerd: w.dockerdPid(), engineDir: w.dockerd.Dir}
+
+	// Drop -> all running.
+	start := time.Now()
+	paths, err := writeManifests(rw.staticDir, namespace, w.o.image, w.o.pods)
+	rw.manifests = paths
+	if err != nil {
+		res.err = fmt.Errorf("writing the manifests: %w", err)
+		return res
+	}
+	n := w.o.pods
+	res.up, _, err = waitFor(ctx, rt, namespace, start, w.o.upTimeout, 200*time.Millisecond, func(v podView) bool {
+		return v.ready == n && v.running == n
+	})
+	if err != nil {
+		res.err = fmt.Errorf("pods up: %w", err)
+		return res
+	}
+	fmt.Printf("    %d pods running after %s; settling %s\n", n, res.up.Round(10*time.Millisecond), w.o.settle)
+	if err := sleepCtx(ctx, w.o.settle); err != nil {
+		res.err = err
+		return res
+	}
+
+	// The hold.
+	if err := w.hold(ctx, rt, st, rw, &res); err != nil {
+		res.err = fmt.Errorf("hold: %w", err)
+		return res
+	}
+
+	// Manifests gone -> all stopped -> all removed.
+	start = time.Now()
+	if err := removeManifests(rw.manifests); err != nil {
+		res.err = err
+		return res
+	}
+	res.stopped, _, err = waitFor(ctx, rt, namespace, start, w.o.downTimeout, 200*time.Millisecond, func(v podView) bool {
+		return v.ready == 0 && v.running == 0
+	})
+	if err != nil {
+		res.err = fmt.Errorf("pods stopping: %w", err)
+		return res
+	}
+	res.gone, _, err = waitFor(ctx, rt, namespace, start, w.o.downTimeout, 500*time.Millisecond, func(v podView) bool {
+		return v.sandboxes == 0 && v.containers == 0
+	})
+	if err != nil {
+		res.err = fmt.Errorf("pods going: %w", err)
+	}
+	return res
+}
+
+// hold samples the stack's CPU and kubelet's metrics, waits the hold with
+// nothing changing (taking a CPU profile of netshim meanwhile if asked),
+// samples again and measures memory.
+func (w *world) hold(ctx context.Context, rt runtimeapi.RuntimeServiceClient, st stack, rw runWorld, res *result) error {
+	before, err := viewPods(ctx, rt, namespace)
+	if err != nil {
+		return err
+	}
+	k0, n0, err := w.scrapeBoth(ctx, rw)
+	if err != nil {
+		return err
+	}
+	c0, err := st.sampleCPU(w.procs)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	fmt.Printf("    holding %s\n", w.o.hold)
+	profDone := make(chan error, 1)
+	if w.o.profile {
+		go func() { profDone <- w.profile(ctx, filepath.Join(rw.artifacts, "netshim.cpu.pprof")) }()
+	} else {
+		profDone <- nil
+	}
+	if err := sleepCtx(ctx, w.o.hold); err != nil {
+		return err
+	}
+	c1, err := st.sampleCPU(w.procs)
+	if err != nil {
+		return err
+	}
+	res.holdWall = time.Since(t0)
+	k1, n1, err := w.scrapeBoth(ctx, rw)
+	if err != nil {
+		return err
+	}
+	if res.pss, err = st.samplePSS(w.procs); err != nil {
+		return err
+	}
+	var gone int
+	res.cpu, gone = cpuBetween(c0, c1)
+	if gone > 0 {
+		res.notes = append(res.notes, fmt.Sprintf("%d stack process(es) exited during the hold (their CPU is not counted)", gone))
+	}
+	res.pleg, res.plegOK = plegMean(k0, k1)
+	res.rpcs = countsBetween(n0, n1, netshimRPCs)
+	res.dockerCalls = countsBetween(n0, n1, netshimDockerCalls)
+	after, err := viewPods(ctx, rt, namespace)
+	if err != nil {
+		return err
+	}
+	if ch := changedDuring(before, after); len(ch) > 0 {
+		res.notes = append(res.notes, "pods changed during the hold: "+strings.Join(ch, ", "))
+	}
+	if err := <-profDone; err != nil {
+		res.notes = append(res.notes, fmt.Sprintf("CPU profile: %v", err))
+	}
+	return nil
+}
+
+// scrapeBoth reads kubelet's metrics and netshim's.
+func (w *world) scrapeBoth(ctx context.Context, rw runWorld) (kubelet, netshim samples, err error) {
+	if kubelet, err = scrape(ctx, rw.kubelet.URL()+"/metrics", kubeletWanted); err != nil {
+		return nil, nil, fmt.Errorf("kubelet's metrics: %w", err)
+	}
+	if _, ok := kubelet[plegRelistCount]; !ok {
+		return nil, nil, fmt.Errorf("kubelet's metrics have no %s", plegRelistCount)
+	}
+	if netshim, err = scrape(ctx, w.netshimURL()+"/metrics", netshimWanted); err != nil {
+		return nil, nil, fmt.Errorf("netshim's metrics: %w", err)
+	}
+	return kubelet, netshim, nil
+}
+
+// netshimURL is netshim's metrics and pprof endpoint.
+func (w *world) netshimURL() string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(w.o.metricsPort))
+}
+
+// profile saves a CPU profile of netshim over the hold.
+func (w *world) profile(ctx context.Context, path string) error {
+	secs := int(w.o.hold / time.Second)
+	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", w.netshimURL(), secs)
+	ctx, cancel := context.WithTimeout(ctx, w.o.hold+30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, body)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// sleepCtx waits d, or less if ctx ends (then its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func copyFile(src, dst string) {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return
+	}
+	_ = os.WriteFile(dst, data, 0o644)
+}
