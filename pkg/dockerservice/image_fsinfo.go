@@ -36,8 +36,12 @@ import (
 // every writable layer on each call and is slow on big hosts.
 //
 // Cost: an image layer registered in the layer database never changes
-// under its cache ID, so each is walked once and remembered; only writable layers and the small link directory
-// are walked again. A result is served for fsUsageTTL; after that the next
+// under its cache ID, and a container's init layer (the files Docker puts
+// in every container, /etc/hosts and the like, written once at create and
+// only read after, as a lower layer of the container's mount) never
+// changes under its ID either: each is walked once and remembered, as are
+// the IDs read from the layer database. Only writable layers, layers being
+// pulled and the small link directory are walked again. A result is served for fsUsageTTL; after that the next
 // call still answers at once with the last result and starts one refresh
 // in the background (kubelet polls this often and must never wait for a
 // walk). Only the very first call waits. Timestamps say when a result was
@@ -89,11 +93,20 @@ type fsUsageCache struct {
 	ttl      time.Duration // fsUsageTTL unless a test sets it
 	last     *fsStats
 	inflight *fsRefresh
-	// layers holds the usage of immutable image layers by the name of
-	// their directory (Docker's cache ID), for the driver directory
-	// layersOf.
-	layers   map[string]fsUsage
-	layersOf string
+	// memo is what the last measurement remembered for the next.
+	memo *fsMemo
+}
+
+// fsMemo is what a measurement of a driver directory remembers for the
+// next: what never changes once written.
+type fsMemo struct {
+	driverDir string
+	// layers is the usage of the immutable layers (image layers, init
+	// layers) by the name of their directory.
+	layers map[string]fsUsage
+	// ids is what each entry of the layer database names (its cache-id,
+	// or its mount-id and init-id), by the entry's path.
+	ids map[string][]string
 }
 
 type fsRefresh struct {
@@ -102,7 +115,9 @@ type fsRefresh struct {
 	err   error
 }
 
-type measureFunc func(ctx context.Context, layers map[string]fsUsage, layersOf string) (*fsStats, map[string]fsUsage, string, error)
+// measureFunc measures with the previous measurement's memo (nil for
+// none; read-only) and returns the new one.
+type measureFunc func(ctx context.Context, memo *fsMemo) (*fsStats, *fsMemo, error)
 
 // get returns the last measurement, starting a refresh if it is stale;
 // with none yet it waits for the first.
@@ -136,17 +151,17 @@ func (c *fsUsageCache) get(ctx context.Context, measure measureFunc) (*fsStats, 
 func (c *fsUsageCache) startLocked(ctx context.Context, measure measureFunc) {
 	r := &fsRefresh{done: make(chan struct{})}
 	c.inflight = r
-	layers, layersOf := c.layers, c.layersOf
+	memo := c.memo
 	// The walk outlives the RPC that started it: it serves later ones.
 	// It has no deadline: a walk that hangs (a stuck filesystem) blocks
 	// only itself, never starts again on top of itself, and callers keep
 	// the last measurement meanwhile.
 	bg := backgroundCtx(ctx)
 	go func() {
-		stats, newLayers, newOf, err := measure(bg, layers, layersOf)
+		stats, newMemo, err := measure(bg, memo)
 		c.mu.Lock()
 		if err == nil {
-			c.last, c.layers, c.layersOf = stats, newLayers, newOf
+			c.last, c.memo = stats, newMemo
 		} else if c.last != nil {
 			klog.ErrorS(err, "Measuring the image filesystem failed; serving the previous measurement", "measuredAt", c.last.at)
 		}
@@ -157,20 +172,20 @@ func (c *fsUsageCache) startLocked(ctx context.Context, measure measureFunc) {
 	}()
 }
 
-// measureFsUsage measures Docker's storage. layers is the previous
-// measurement's image layer usage (read-only here), valid for the driver
-// directory layersOf; the new one is returned.
-func (ds *DockerService) measureFsUsage(ctx context.Context, layers map[string]fsUsage, layersOf string) (*fsStats, map[string]fsUsage, string, error) {
+// measureFsUsage measures Docker's storage. memo is the previous
+// measurement's (read-only here, nil for none); the new one is returned.
+func (ds *DockerService) measureFsUsage(ctx context.Context, memo *fsMemo) (*fsStats, *fsMemo, error) {
 	info, err := ds.client.Info(ctx)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("reading Docker's storage settings: %w", err)
+		return nil, nil, fmt.Errorf("reading Docker's storage settings: %w", err)
 	}
 	if info.DockerRootDir == "" || info.Driver == "" {
-		return nil, nil, "", fmt.Errorf("docker reports no root dir or storage driver (root %q, driver %q)", info.DockerRootDir, info.Driver)
+		return nil, nil, fmt.Errorf("docker reports no root dir or storage driver (root %q, driver %q)", info.DockerRootDir, info.Driver)
 	}
 	at := time.Now()
 	if usesContainerdStore(info) {
-		return ds.measureContainerdStore(ctx, info, at)
+		st, err := ds.measureContainerdStore(ctx, info, at)
+		return st, nil, err
 	}
 	driverDir := filepath.Join(info.DockerRootDir, info.Driver)
 	st, err := os.Stat(driverDir)
@@ -178,55 +193,68 @@ func (ds *DockerService) measureFsUsage(ctx context.Context, layers map[string]f
 		// Not a graph driver with a directory of its own: report the
 		// root dir, usage unknown.
 		klog.V(4).InfoS("Storage driver has no directory; image filesystem usage not measured", "dir", driverDir, "err", err)
-		return &fsStats{at: at, mountpoint: info.DockerRootDir, inodesUnknown: true}, nil, "", nil
+		return &fsStats{at: at, mountpoint: info.DockerRootDir, inodesUnknown: true}, nil, nil
 	}
 	dev := st.Sys().(*syscall.Stat_t).Dev
-	if layersOf != driverDir {
-		layers = nil
+	if memo == nil || memo.driverDir != driverDir {
+		memo = &fsMemo{}
 	}
+	next := &fsMemo{driverDir: driverDir, layers: map[string]fsUsage{}, ids: map[string][]string{}}
 	layerdb := filepath.Join(info.DockerRootDir, "image", info.Driver, "layerdb")
-	containerLayers := readLayerIDs(filepath.Join(layerdb, "mounts"), "mount-id", "init-id")
-	imageLayers := readLayerIDs(filepath.Join(layerdb, "sha256"), "cache-id")
+	mounts := readLayerIDs(filepath.Join(layerdb, "mounts"), memo.ids, next.ids, "mount-id", "init-id")
+	imageLayers := readLayerIDs(filepath.Join(layerdb, "sha256"), memo.ids, next.ids, "cache-id")
 
 	stats := &fsStats{at: at, mountpoint: driverDir}
-	newLayers := map[string]fsUsage{}
 	entries, err := os.ReadDir(driverDir)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("reading %s: %w", driverDir, err)
+		return nil, nil, fmt.Errorf("reading %s: %w", driverDir, err)
+	}
+	// immutable is the usage of a layer that never changes once
+	// registered: remembered, walked only the first time.
+	immutable := func(name, path string) fsUsage {
+		u, ok := memo.layers[name]
+		if !ok {
+			u = diskUsage(path, dev)
+		}
+		next.layers[name] = u
+		return u
 	}
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, "", fmt.Errorf("measuring %s: %w", driverDir, err)
+			return nil, nil, fmt.Errorf("measuring %s: %w", driverDir, err)
 		}
 		name := e.Name()
 		path := filepath.Join(driverDir, name)
 		switch {
-		case containerLayers[name]:
+		case mounts[name] == "mount-id":
+			// A container's writable layer: it changes as the
+			// container writes.
 			stats.containers.add(diskUsage(path, dev))
-		case imageLayers[name]:
+		case mounts[name] == "init-id":
+			stats.containers.add(immutable(name, path))
+		case imageLayers[name] != "":
 			// Registered in the layer database only once fully
 			// written: from then on it never changes.
-			u, ok := layers[name]
-			if !ok {
-				u = diskUsage(path, dev)
-			}
-			newLayers[name] = u
-			stats.images.add(u)
+			stats.images.add(immutable(name, path))
 		default:
 			// A layer being pulled, overlay2's "l" directory of short
 			// links, anything else: measured every time.
 			stats.images.add(diskUsage(path, dev))
 		}
 	}
-	return stats, newLayers, driverDir, nil
+	return stats, next, nil
 }
 
 // readLayerIDs reads the driver directory names (cache IDs) that Docker's
 // layer database records: under layerdb/sha256/<chain ID>/cache-id for
 // image layers, under layerdb/mounts/<container>/{mount-id,init-id} for
-// containers' writable and init layers.
-func readLayerIDs(dir string, files ...string) map[string]bool {
-	out := map[string]bool{}
+// containers' writable and init layers. It returns, for each name, the
+// file that named it. An entry's files never change once all are written
+// (a layer's cache ID and a container's layer IDs are fixed for their
+// life): an entry in known is not read again, and every entry read whole
+// is added to learned for the next call.
+func readLayerIDs(dir string, known, learned map[string][]string, files ...string) map[string]string {
+	out := map[string]string{}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -235,14 +263,32 @@ func readLayerIDs(dir string, files ...string) map[string]bool {
 		return out
 	}
 	for _, e := range entries {
-		for _, f := range files {
-			data, err := os.ReadFile(filepath.Join(dir, e.Name(), f))
-			if err != nil {
+		entry := filepath.Join(dir, e.Name())
+		ids, ok := known[entry]
+		if !ok {
+			ids = make([]string, len(files))
+			complete := true
+			for i, f := range files {
+				data, err := os.ReadFile(filepath.Join(entry, f))
+				ids[i] = strings.TrimSpace(string(data))
+				if err != nil || ids[i] == "" {
+					// Missing (a container without an init layer) or
+					// not written yet: read again next time.
+					complete = false
+				}
+			}
+			if !complete {
+				for i, id := range ids {
+					if id != "" {
+						out[id] = files[i]
+					}
+				}
 				continue
 			}
-			if id := strings.TrimSpace(string(data)); id != "" {
-				out[id] = true
-			}
+		}
+		learned[entry] = ids
+		for i, id := range ids {
+			out[id] = files[i]
 		}
 	}
 	return out
@@ -311,10 +357,10 @@ func usesContainerdStore(info system.Info) bool {
 // The container filesystem's usage is the sum of the writable layers last
 // measured in the background for ContainerStats (container_layer.go): no
 // walk here.
-func (ds *DockerService) measureContainerdStore(ctx context.Context, info system.Info, at time.Time) (*fsStats, map[string]fsUsage, string, error) {
+func (ds *DockerService) measureContainerdStore(ctx context.Context, info system.Info, at time.Time) (*fsStats, error) {
 	du, err := ds.client.DiskUsage(ctx, types.DiskUsageOptions{Types: []types.DiskUsageObject{types.ImageObject}})
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("asking Docker for the image store's disk usage: %w", err)
+		return nil, fmt.Errorf("asking Docker for the image store's disk usage: %w", err)
 	}
 	return &fsStats{
 		at:            at,
@@ -322,5 +368,5 @@ func (ds *DockerService) measureContainerdStore(ctx context.Context, info system
 		images:        fsUsage{bytes: uint64(max(du.LayersSize, 0))},
 		containers:    fsUsage{bytes: ds.layers.m.TotalBytes()},
 		inodesUnknown: true,
-	}, nil, "", nil
+	}, nil
 }

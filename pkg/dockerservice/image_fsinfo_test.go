@@ -2,6 +2,7 @@ package dockerservice
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,12 +25,12 @@ type fakeDockerRoot struct {
 }
 
 // writeSizedFile writes size bytes to path, making its directory.
-func writeSizedFile(t *testing.T, path string, size int) {
+func writeSizedFile(t testing.TB, path string, size int) {
 	t.Helper()
 	writeTextFile(t, path, strings.Repeat("x", size))
 }
 
-func writeTextFile(t *testing.T, path, text string) {
+func writeTextFile(t testing.TB, path, text string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -39,7 +40,7 @@ func writeTextFile(t *testing.T, path, text string) {
 	}
 }
 
-func newFakeDockerRoot(t *testing.T) *fakeDockerRoot {
+func newFakeDockerRoot(t testing.TB) *fakeDockerRoot {
 	t.Helper()
 	r := &fakeDockerRoot{root: t.TempDir()}
 	r.driverDir = filepath.Join(r.root, "overlay2")
@@ -205,4 +206,160 @@ func TestImageFsInfoFailsWithoutDockerInfo(t *testing.T) {
 	if _, err := e.ds.ImageFsInfo(context.Background(), &runtimeapi.ImageFsInfoRequest{}); err == nil {
 		t.Errorf("ImageFsInfo with no Docker root dir: no error")
 	}
+}
+
+// addContainerLayers adds a container's writable and init layers, and its
+// entry in the layer database, the way Docker's create does; the init
+// layer holds the files Docker puts in every container.
+func (r *fakeDockerRoot) addContainerLayers(t testing.TB, container, mountID string) {
+	t.Helper()
+	for _, f := range []string{"etc/hosts", "etc/hostname", "etc/resolv.conf", ".dockerenv", "dev/console"} {
+		writeTextFile(t, filepath.Join(r.driverDir, mountID+"-init", "diff", f), "x")
+	}
+	for _, d := range []string{filepath.Join(mountID, "diff"), filepath.Join(mountID, "work", "work")} {
+		if err := os.MkdirAll(filepath.Join(r.driverDir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mount := filepath.Join(r.root, "image", "overlay2", "layerdb", "mounts", container)
+	writeTextFile(t, filepath.Join(mount, "mount-id"), mountID)
+	writeTextFile(t, filepath.Join(mount, "init-id"), mountID+"-init")
+}
+
+// An init layer is written once at create: it is walked once, like an
+// image layer, while the writable layer is walked every time; a new
+// container's layers are measured at once, a removed one's forgotten.
+func TestImageFsInfoRemembersInitLayers(t *testing.T) {
+	e := newTestEnv(t)
+	r := newFakeDockerRoot(t)
+	e.docker.mu.Lock()
+	e.docker.info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+	e.docker.mu.Unlock()
+	e.setFsTTL(time.Hour)
+	first := e.imageFsInfo(t).ContainerFilesystems[0].InodesUsed.GetValue()
+	if first != 5 {
+		t.Fatalf("container fs inodes %d, want 5 (see TestImageFsInfoMeasuresImageAndContainerLayers)", first)
+	}
+
+	refresh := func() uint64 {
+		t.Helper()
+		prev := e.imageFsInfo(t).ContainerFilesystems[0].Timestamp
+		e.setFsTTL(time.Nanosecond)
+		var got *runtimeapi.ImageFsInfoResponse
+		testutil.Eventually(t, "a refreshed measurement", func() bool {
+			got = e.imageFsInfo(t)
+			return got.ContainerFilesystems[0].Timestamp != prev
+		})
+		e.setFsTTL(time.Hour)
+		return e.imageFsInfo(t).ContainerFilesystems[0].InodesUsed.GetValue()
+	}
+
+	// Nothing writes to an init layer after create; were it walked
+	// again, this file would count.
+	writeTextFile(t, filepath.Join(r.driverDir, r.containerL+"-init", "never-written-by-docker"), "x")
+	writeTextFile(t, filepath.Join(r.driverDir, r.containerL, "diff", "tmp", "new"), "x")
+	if got := refresh(); got != first+1 {
+		t.Errorf("container fs inodes %d, want %d (the writable layer's new file; the init layer remembered)", got, first+1)
+	}
+
+	// A new container: layer dir, diff, work, work/work = 4; init layer
+	// dir, diff, etc, 3 files in etc, dev, dev/console, .dockerenv = 9.
+	r.addContainerLayers(t, strings.Repeat("e", 64), strings.Repeat("f", 64))
+	if got := refresh(); got != first+1+4+9 {
+		t.Errorf("container fs inodes with a second container %d, want %d", got, first+1+4+9)
+	}
+
+	// The first container removed: its layers and layer database entry go.
+	for _, p := range []string{
+		filepath.Join(r.driverDir, r.containerL), filepath.Join(r.driverDir, r.containerL+"-init"),
+		filepath.Join(r.root, "image", "overlay2", "layerdb", "mounts", strings.Repeat("d", 64)),
+	} {
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := refresh(); got != 4+9 {
+		t.Errorf("container fs inodes after a removal %d, want %d", got, 4+9)
+	}
+	c := &e.ds.imageState().fs
+	c.mu.Lock()
+	_, kept := c.memo.layers[r.containerL+"-init"]
+	nIDs := len(c.memo.ids)
+	c.mu.Unlock()
+	if kept {
+		t.Errorf("the removed container's init layer is still remembered")
+	}
+	if nIDs != 2 {
+		t.Errorf("layer database entries remembered: %d, want 2 (one image layer, one container)", nIDs)
+	}
+}
+
+// A layer database entry read while Docker is still writing it (its
+// init-id not there yet) is used as far as it goes and read again next
+// time, not remembered half.
+func TestReadLayerIDsRemembersOnlyWholeEntries(t *testing.T) {
+	dir := t.TempDir()
+	writeTextFile(t, filepath.Join(dir, "c1", "mount-id"), "m1")
+	writeTextFile(t, filepath.Join(dir, "c1", "init-id"), "m1-init")
+	writeTextFile(t, filepath.Join(dir, "c2", "mount-id"), "m2")
+	learned := map[string][]string{}
+	got := readLayerIDs(dir, nil, learned, "mount-id", "init-id")
+	want := map[string]string{"m1": "mount-id", "m1-init": "init-id", "m2": "mount-id"}
+	if len(got) != len(want) {
+		t.Errorf("ids = %v, want %v", got, want)
+	}
+	for id, f := range want {
+		if got[id] != f {
+			t.Errorf("ids[%s] = %q, want %q", id, got[id], f)
+		}
+	}
+	if _, ok := learned[filepath.Join(dir, "c2")]; ok || len(learned) != 1 {
+		t.Errorf("learned %v, want c1 only", learned)
+	}
+
+	// Next time: c1 comes from what was learned (its files are not read:
+	// changing them changes nothing), c2 is read again, now whole.
+	writeTextFile(t, filepath.Join(dir, "c1", "mount-id"), "changed")
+	writeTextFile(t, filepath.Join(dir, "c2", "init-id"), "m2-init")
+	again := map[string][]string{}
+	got = readLayerIDs(dir, learned, again, "mount-id", "init-id")
+	if got["m1"] != "mount-id" || got["changed"] != "" || got["m2-init"] != "init-id" || len(again) != 2 {
+		t.Errorf("second read: ids %v, learned %v", got, again)
+	}
+}
+
+// BenchmarkImageFsMeasure is one refresh of ImageFsInfo's measurement on a
+// node running statsBenchPods pods (a pause and an app container each):
+// "first" walks every layer, as a measurement without a memo does (and as
+// every refresh walked the init layers before they were remembered),
+// "next" is a refresh with the previous measurement's memo, which kubelet's
+// polling (every 10 s) causes.
+func BenchmarkImageFsMeasure(b *testing.B) {
+	e := newTestEnv(b)
+	r := newFakeDockerRoot(b)
+	for i := range 2 * statsBenchPods {
+		r.addContainerLayers(b, fmt.Sprintf("%064d", i), fmt.Sprintf("%063dm", i))
+	}
+	e.docker.mu.Lock()
+	e.docker.info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+	e.docker.mu.Unlock()
+	ctx := context.Background()
+	b.Run("first", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := e.ds.measureFsUsage(ctx, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("next", func(b *testing.B) {
+		_, memo, err := e.ds.measureFsUsage(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, _, err := e.ds.measureFsUsage(ctx, memo); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
