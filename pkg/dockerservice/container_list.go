@@ -12,16 +12,36 @@ import (
 // ListContainers answers from the state index, with no Docker call however
 // many containers there are: kubelet relists about twice a second. The
 // filters are the CRI's: ID prefix, state, pod sandbox (ID or unique
-// prefix) and a key=value label selector on the CRI labels.
+// prefix) and a key=value label selector on the CRI labels. The
+// unfiltered answer, kubelet's relist, is built and encoded once per
+// change of state (wire_cache.go).
 func (ds *DockerService) ListContainers(_ context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	if err := ds.requireSynced(); err != nil {
 		return nil, err
 	}
 	f := r.GetFilter()
+	if f.GetId() == "" && f.GetState() == nil && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
+		return cachedOrBuildIf(&ds.containerListWire, ds.currentStateKey(), func() (*runtimeapi.ListContainersResponse, bool) {
+			return ds.listContainers(f)
+		}), nil
+	}
+	resp, _ := ds.listContainers(f)
+	return resp, nil
+}
+
+// listContainers builds the answer. It also says whether the answer may
+// be cached until the state changes: not when a container that exited
+// still shows running because its log is being copied, whose state
+// changes with the copy and the clock rather than with the index.
+func (ds *DockerService) listContainers(f *runtimeapi.ContainerFilter) (*runtimeapi.ListContainersResponse, bool) {
 	recs := ds.containersMatching(f.GetPodSandboxId(), f.GetId(), f.GetLabelSelector())
 	items := make([]*runtimeapi.Container, 0, len(recs))
+	cacheable := true
 	for _, rec := range recs {
 		state := ds.visibleState(rec)
+		if state != containerState(rec) {
+			cacheable = false
+		}
 		if f.GetState() != nil && f.GetState().GetState() != state {
 			continue
 		}
@@ -39,7 +59,7 @@ func (ds *DockerService) ListContainers(_ context.Context, r *runtimeapi.ListCon
 			Annotations:  info.annotations,
 		})
 	}
-	return &runtimeapi.ListContainersResponse{Containers: items}, nil
+	return &runtimeapi.ListContainersResponse{Containers: items}, cacheable
 }
 
 // containersMatching returns the indexed containers of a sandbox (ID or

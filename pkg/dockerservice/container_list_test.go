@@ -1,10 +1,13 @@
 package dockerservice
 
 import (
+	"context"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -38,5 +41,81 @@ func TestImageSpecOf(t *testing.T) {
 				t.Error("the recorded spec was modified")
 			}
 		})
+	}
+}
+
+// The unfiltered ListContainers answer, kubelet's relist, is served from
+// the cache while nothing changes, rebuilt when the index changes, and
+// never cached while a container that exited shows running because its
+// log is still being copied (that changes with the copy, not the index).
+func TestListContainersCacheFollowsState(t *testing.T) {
+	e := newPodEnv(t)
+	codec := e.ds.Codec()
+	list := func() *runtimeapi.ListContainersResponse {
+		t.Helper()
+		resp, err := e.ds.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The codec's bytes must be exactly the message's encoding.
+		wire, err := codec.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := &runtimeapi.ListContainersResponse{}
+		if err := proto.Unmarshal(wire.Materialize(), sent); err != nil || !proto.Equal(sent, resp) {
+			t.Fatalf("codec sent bytes that do not decode to the answer (%v)", err)
+		}
+		return resp
+	}
+	stateOf := func(resp *runtimeapi.ListContainersResponse, id string) runtimeapi.ContainerState {
+		for _, c := range resp.Containers {
+			if c.Id == id {
+				return c.State
+			}
+		}
+		t.Fatalf("container %s not listed", id)
+		return 0
+	}
+
+	a := e.create(t, ctrConfig("a"))
+	e.start(t, a)
+	first := list()
+	if again := list(); again != first {
+		t.Error("unchanged state: answer rebuilt instead of served from the cache")
+	}
+	filtered, err := e.ds.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}},
+	})
+	if err != nil || filtered == first || len(filtered.Containers) != 1 {
+		t.Errorf("a filtered list = %v, %v: want its own answer with the running container", filtered, err)
+	}
+
+	b := e.create(t, ctrConfig("b"))
+	if got := list(); len(got.Containers) != 2 || stateOf(got, b) != runtimeapi.ContainerState_CONTAINER_CREATED {
+		t.Fatalf("after a new container: %v", got.Containers)
+	}
+
+	// a exits while its log is still being copied: listed running, and
+	// not from the cache, until the copy is done.
+	copied := e.ds.containers.streams.markStarting(a)
+	e.docker.killBehindBack(a)
+	testutil.Eventually(t, "the exit in the index", func() bool {
+		r, _ := e.ds.store.Get(a)
+		return !r.Running()
+	})
+	during := list()
+	if stateOf(during, a) != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("exited, log being copied: %v, want running", stateOf(during, a))
+	}
+	if again := list(); again == during {
+		t.Error("an answer showing an exit held back by the log copy was cached")
+	}
+	copied()
+	if got := list(); stateOf(got, a) != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Errorf("log copied: %v, want exited", stateOf(got, a))
+	}
+	if again, after := list(), list(); again != after {
+		t.Error("settled state: answer rebuilt instead of served from the cache")
 	}
 }

@@ -110,10 +110,11 @@ type DockerService struct {
 	// index sync.
 	recoverOnce sync.Once
 	// localGen counts changes of the state kept outside the index, and
-	// sandboxListWire caches the encoded unfiltered ListPodSandbox answer
-	// (wire_cache.go).
-	localGen        atomic.Uint64
-	sandboxListWire atomic.Pointer[encodedResponse]
+	// sandboxListWire and containerListWire cache the encoded unfiltered
+	// ListPodSandbox and ListContainers answers (wire_cache.go).
+	localGen          atomic.Uint64
+	sandboxListWire   atomic.Pointer[encodedResponse]
+	containerListWire atomic.Pointer[encodedResponse]
 	// creating holds sandbox names with a RunPodSandbox in flight.
 	creating map[string]bool
 	// imagePresent remembers images known to exist locally.
