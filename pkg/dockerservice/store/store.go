@@ -292,6 +292,10 @@ func (s *Store) Replace(all []*Record, since uint64) {
 	}
 	for id, r := range s.byID {
 		if !listed[id] && r.gen <= since {
+			// A change like any other: answers cached by generation
+			// must not outlive it (a listing that only drops records,
+			// the last ones among them, stores nothing).
+			s.gen++
 			s.unlinkLocked(r)
 			delete(s.byID, id)
 			s.changed(id)

@@ -194,3 +194,30 @@ func TestOnChangeSeesEveryWrite(t *testing.T) {
 	s.Replace([]*Record{sandbox("sb"), container("c3", "sb")}, since)
 	expect("replace", "sb", "c3", "c1")
 }
+
+// Every change moves the generation, which cached answers are keyed by:
+// also a listing that only drops records (the last ones, say, removed
+// while the events stream was down), which stores none.
+func TestEveryChangeMovesTheGeneration(t *testing.T) {
+	s := New()
+	s.Put(sandbox("a"))
+	s.Put(sandbox("b"))
+	for _, step := range []struct {
+		name   string
+		change func()
+	}{
+		{"update", func() { s.Update("a", func(r *Record) { r.State = StateExited }) }},
+		{"delete", func() { s.Delete("b") }},
+		{"listing that drops the last record", func() { s.Replace(nil, s.Generation()) }},
+		{"put", func() { s.Put(sandbox("c")) }},
+	} {
+		before := s.Generation()
+		step.change()
+		if s.Generation() == before {
+			t.Errorf("%s: generation still %d", step.name, before)
+		}
+	}
+	if s.Len() != 1 {
+		t.Errorf("%d records, want 1 (c)", s.Len())
+	}
+}
