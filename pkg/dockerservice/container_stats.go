@@ -27,6 +27,9 @@ type statsReader struct {
 	// CPU samples of containers and of pods, kept apart so that
 	// forgetting the containers no longer listed leaves the pods'.
 	containerCPU, podCPU rateKeeper
+	// cgroups are the containers' cgroups found so far
+	// (stats_cgroups.go).
+	cgroups cgroupCache
 	// writableLayer is a container's last measured writable layer
 	// (container_layer.go), nil when none; unset, none is reported.
 	writableLayer func(id string) *runtimeapi.FilesystemUsage
@@ -63,6 +66,7 @@ func (ds *DockerService) ListContainerStats(_ context.Context, r *runtimeapi.Lis
 	}
 	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
 		s.containerCPU.forgetAllBut(recordIDs(recs))
+		s.cgroups.retain(func(id string) bool { _, ok := ds.store.Get(id); return ok })
 	}
 	return &runtimeapi.ListContainerStatsResponse{Stats: out}, nil
 }
@@ -78,16 +82,24 @@ type cgroupSample struct {
 
 func (s *statsReader) fs() cgstats.FS { return cgstats.FS{Root: s.cgroupRoot} }
 
-// containerCgroup finds a running container's cgroup through its pid.
+// containerCgroup finds a running container's cgroup through its pid,
+// once per process (stats_cgroups.go).
 func (s *statsReader) containerCgroup(rec *store.Record) (cgstats.Paths, bool) {
 	if !rec.Running() || rec.Pid <= 0 {
 		return nil, false
+	}
+	if paths, ok := s.cgroups.get(rec.ID, rec.Pid); ok {
+		return paths, true
 	}
 	all, err := cgstats.ReadProcCgroup(s.procRoot, rec.Pid)
 	if err != nil {
 		return nil, false
 	}
-	return all.Container(rec.ID)
+	paths, ok := all.Container(rec.ID)
+	if ok {
+		s.cgroups.put(rec.ID, rec.Pid, paths)
+	}
+	return paths, ok
 }
 
 // sampleContainer reads a container's usage; no figures when it is not
