@@ -36,6 +36,10 @@ type containerRuntime struct {
 	// whose pids are made up, replace it.
 	netnsPath func(containerID string, pid int) (string, error)
 
+	// users holds the identity of each running container's process
+	// (container_user.go).
+	users processUsers
+
 	// selinux says SELinux is enabled on this host (selinuxfs mounted),
 	// read once: it decides whether a mount's relabel request matters.
 	selinux bool

@@ -65,7 +65,7 @@ func (ds *DockerService) containerStatusOf(rec *store.Record) (*runtimeapi.Conta
 	}
 	switch {
 	case state == runtimeapi.ContainerState_CONTAINER_RUNNING:
-		st.User = ds.containers.runningUser(rec)
+		st.User = ds.containers.runningUser(rec, func(id string) bool { _, ok := ds.store.Get(id); return ok })
 	case state == runtimeapi.ContainerState_CONTAINER_EXITED:
 		st.Reason = exitReason(rec)
 	case state != containerState(rec):

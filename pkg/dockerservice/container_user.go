@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -25,9 +26,19 @@ import (
 //
 // The status file is read before the pid is checked to be the
 // container's: a pid reused in between fails the check.
-func (c *containerRuntime) runningUser(rec *store.Record) *runtimeapi.ContainerUser {
+//
+// The CRI asks for the identity initially attached to the container's
+// first process (api.proto), not for what the process may have switched
+// to since: so it is read once per process and remembered, and the
+// ContainerStatus kubelet polls (every 10 s per container, for its log
+// rotation) reads nothing. known says which containers still exist; the
+// others' entries are dropped when a new one is added.
+func (c *containerRuntime) runningUser(rec *store.Record, known func(id string) bool) *runtimeapi.ContainerUser {
 	if !rec.Running() || rec.Pid <= 0 {
 		return nil
+	}
+	if u, ok := c.users.get(rec.ID, rec.Pid); ok {
+		return u
 	}
 	u, err := readProcessUser(c.procRoot, rec.Pid)
 	if err == nil {
@@ -37,7 +48,44 @@ func (c *containerRuntime) runningUser(rec *store.Record) *runtimeapi.ContainerU
 		klog.V(4).InfoS("Cannot read the identity of a container's process", "containerID", rec.ID, "pid", rec.Pid, "err", err)
 		return nil
 	}
-	return &runtimeapi.ContainerUser{Linux: u}
+	user := &runtimeapi.ContainerUser{Linux: u}
+	c.users.put(rec.ID, rec.Pid, user, known)
+	return user
+}
+
+// processUsers holds the identity read for each container's process.
+type processUsers struct {
+	mu   sync.Mutex
+	byID map[string]processUser
+}
+
+type processUser struct {
+	pid  int
+	user *runtimeapi.ContainerUser // shared by every answer: read-only
+}
+
+func (p *processUsers) get(id string, pid int) (*runtimeapi.ContainerUser, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.byID[id]
+	if !ok || e.pid != pid {
+		return nil, false
+	}
+	return e.user, true
+}
+
+func (p *processUsers) put(id string, pid int, user *runtimeapi.ContainerUser, known func(id string) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byID == nil {
+		p.byID = map[string]processUser{}
+	}
+	for old := range p.byID {
+		if old != id && !known(old) {
+			delete(p.byID, old)
+		}
+	}
+	p.byID[id] = processUser{pid: pid, user: user}
 }
 
 // readProcessUser parses the Uid, Gid and Groups lines of
