@@ -13,17 +13,20 @@ import (
 // many containers there are: kubelet relists about twice a second. The
 // filters are the CRI's: ID prefix, state, pod sandbox (ID or unique
 // prefix) and a key=value label selector on the CRI labels. The
-// unfiltered answer, kubelet's relist, is built and encoded once per
-// change of state (wire_cache.go).
+// unfiltered answer (kubelet's relist) and those filtered by state alone
+// (its housekeeping) are built and encoded once per change of state
+// (wire_cache.go).
 func (ds *DockerService) ListContainers(_ context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	if err := ds.requireSynced(); err != nil {
 		return nil, err
 	}
 	f := r.GetFilter()
-	if f.GetId() == "" && f.GetState() == nil && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
-		return cachedOrBuildIf(&ds.containerListWire, ds.currentStateKey(), func() (*runtimeapi.ListContainersResponse, bool) {
-			return ds.listContainers(f)
-		}), nil
+	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
+		if slot := ds.containerListWire.slot(f.GetState() != nil, int32(f.GetState().GetState())); slot != nil {
+			return cachedOrBuildIf(slot, ds.currentStateKey(), func() (*runtimeapi.ListContainersResponse, bool) {
+				return ds.listContainers(f)
+			}), nil
+		}
 	}
 	resp, _ := ds.listContainers(f)
 	return resp, nil

@@ -84,11 +84,28 @@ func TestListContainersCacheFollowsState(t *testing.T) {
 	if again := list(); again != first {
 		t.Error("unchanged state: answer rebuilt instead of served from the cache")
 	}
-	filtered, err := e.ds.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{
-		Filter: &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}},
-	})
-	if err != nil || filtered == first || len(filtered.Containers) != 1 {
-		t.Errorf("a filtered list = %v, %v: want its own answer with the running container", filtered, err)
+	// kubelet's housekeeping lists the running containers: cached too,
+	// apart from the unfiltered answer.
+	running := func() *runtimeapi.ListContainersResponse {
+		t.Helper()
+		resp, err := e.ds.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{
+			Filter: &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	filtered := running()
+	if filtered == first || len(filtered.Containers) != 1 {
+		t.Errorf("running containers = %v: want its own answer with the running container", filtered)
+	}
+	if again := running(); again != filtered {
+		t.Error("unchanged state: the running containers' answer rebuilt instead of served from the cache")
+	}
+	bySandbox, err := e.ds.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: e.sandboxID}})
+	if err != nil || bySandbox == first || len(bySandbox.Containers) != 1 {
+		t.Errorf("a sandbox's containers = %v, %v: want an answer of their own", bySandbox, err)
 	}
 
 	b := e.create(t, ctrConfig("b"))
@@ -111,9 +128,15 @@ func TestListContainersCacheFollowsState(t *testing.T) {
 	if again := list(); again == during {
 		t.Error("an answer showing an exit held back by the log copy was cached")
 	}
+	if r1, r2 := running(), running(); len(r1.Containers) != 1 || r1 == r2 {
+		t.Errorf("running containers while a's log is copied: %d listed, cached %v; want a, not cached", len(r1.Containers), r1 == r2)
+	}
 	copied()
 	if got := list(); stateOf(got, a) != runtimeapi.ContainerState_CONTAINER_EXITED {
 		t.Errorf("log copied: %v, want exited", stateOf(got, a))
+	}
+	if got := running(); len(got.Containers) != 0 {
+		t.Errorf("running containers once a's log is copied: %v, want none", got.Containers)
 	}
 	if again, after := list(), list(); again != after {
 		t.Error("settled state: answer rebuilt instead of served from the cache")

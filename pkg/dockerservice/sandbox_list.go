@@ -19,11 +19,14 @@ func (ds *DockerService) ListPodSandbox(_ context.Context, r *runtimeapi.ListPod
 		return nil, err
 	}
 	f := r.GetFilter()
-	if f.GetId() == "" && f.GetState() == nil && len(f.GetLabelSelector()) == 0 {
-		// kubelet's relist: the same answer until the state changes.
-		return cachedOrBuild(&ds.sandboxListWire, ds.currentStateKey(), func() *runtimeapi.ListPodSandboxResponse {
-			return ds.listPodSandbox(f)
-		}), nil
+	if f.GetId() == "" && len(f.GetLabelSelector()) == 0 {
+		// kubelet's relist and housekeeping: the same answer until the
+		// state changes.
+		if slot := ds.sandboxListWire.slot(f.GetState() != nil, int32(f.GetState().GetState())); slot != nil {
+			return cachedOrBuild(slot, ds.currentStateKey(), func() *runtimeapi.ListPodSandboxResponse {
+				return ds.listPodSandbox(f)
+			}), nil
+		}
 	}
 	return ds.listPodSandbox(f), nil
 }

@@ -110,11 +110,12 @@ type DockerService struct {
 	// index sync.
 	recoverOnce sync.Once
 	// localGen counts changes of the state kept outside the index, and
-	// sandboxListWire and containerListWire cache the encoded unfiltered
-	// ListPodSandbox and ListContainers answers (wire_cache.go).
+	// sandboxListWire and containerListWire cache the encoded
+	// ListPodSandbox and ListContainers answers kubelet polls
+	// (wire_cache.go).
 	localGen          atomic.Uint64
-	sandboxListWire   atomic.Pointer[encodedResponse]
-	containerListWire atomic.Pointer[encodedResponse]
+	sandboxListWire   listCache
+	containerListWire listCache
 	// creating holds sandbox names with a RunPodSandbox in flight.
 	creating map[string]bool
 	// imagePresent remembers images known to exist locally.

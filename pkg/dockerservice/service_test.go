@@ -766,10 +766,25 @@ func TestListPodSandboxCacheFollowsState(t *testing.T) {
 		}
 		return resp
 	}
+	// kubelet's housekeeping lists the ready sandboxes: cached too.
+	ready := func() *runtimeapi.ListPodSandboxResponse {
+		t.Helper()
+		resp, err := e.ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{
+			Filter: &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
 	a := e.run(t, podConfig("a"))
 	first := list()
 	if again := list(); again != first {
 		t.Error("unchanged state: answer rebuilt instead of served from the cache")
+	}
+	firstReady := ready()
+	if again := ready(); again != firstReady || again == first {
+		t.Error("unchanged state: the ready sandboxes' answer rebuilt, or the unfiltered one served for it")
 	}
 	b := e.run(t, podConfig("b"))
 	if got := list(); len(got.Items) != 2 {
@@ -777,6 +792,9 @@ func TestListPodSandboxCacheFollowsState(t *testing.T) {
 	}
 	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: a}); err != nil {
 		t.Fatal(err)
+	}
+	if got := ready(); len(got.Items) != 1 || got.Items[0].Id != b {
+		t.Errorf("ready sandboxes after stopping a: %v, want b only", got.Items)
 	}
 	for _, it := range list().Items {
 		want := runtimeapi.PodSandboxState_SANDBOX_READY
