@@ -97,9 +97,16 @@ type fsUsageCache struct {
 	memo *fsMemo
 }
 
-// fsMemo is what a measurement of a driver directory remembers for the
-// next: what never changes once written.
+// fsMemo is what a measurement remembers for the next: Docker's storage
+// settings, and in a driver directory what never changes once written.
 type fsMemo struct {
+	// storage is Docker's storage settings, read from its Info in the
+	// engine session engine (DockerService.engineSession): they change
+	// only with a restart of dockerd, which ends the events stream and
+	// so the session.
+	storage storageSettings
+	engine  uint64
+	// driverDir is the directory the layers and IDs below are of.
 	driverDir string
 	// layers is the usage of the immutable layers (image layers, init
 	// layers) by the name of their directory.
@@ -172,35 +179,60 @@ func (c *fsUsageCache) startLocked(ctx context.Context, measure measureFunc) {
 	}()
 }
 
+// storageSettings is what ImageFsInfo needs of Docker's Info.
+type storageSettings struct {
+	rootDir, driver string
+	// containerdStore: images live in containerd's image store
+	// (usesContainerdStore).
+	containerdStore bool
+}
+
+// storageSettings reads Docker's storage settings, or takes them from memo
+// when they were read in engine session engine, the current one.
+func (ds *DockerService) storageSettings(ctx context.Context, memo *fsMemo, engine uint64) (storageSettings, error) {
+	if memo != nil && memo.storage.rootDir != "" && memo.engine == engine {
+		return memo.storage, nil
+	}
+	info, err := ds.client.Info(ctx)
+	if err != nil {
+		return storageSettings{}, fmt.Errorf("reading Docker's storage settings: %w", err)
+	}
+	if info.DockerRootDir == "" || info.Driver == "" {
+		return storageSettings{}, fmt.Errorf("docker reports no root dir or storage driver (root %q, driver %q)", info.DockerRootDir, info.Driver)
+	}
+	return storageSettings{rootDir: info.DockerRootDir, driver: info.Driver, containerdStore: usesContainerdStore(info)}, nil
+}
+
 // measureFsUsage measures Docker's storage. memo is the previous
 // measurement's (read-only here, nil for none); the new one is returned.
 func (ds *DockerService) measureFsUsage(ctx context.Context, memo *fsMemo) (*fsStats, *fsMemo, error) {
-	info, err := ds.client.Info(ctx)
+	// The session is read before the settings: if it ends meanwhile,
+	// the next measurement reads them again.
+	engine := ds.engineSession.Load()
+	settings, err := ds.storageSettings(ctx, memo, engine)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading Docker's storage settings: %w", err)
+		return nil, nil, err
 	}
-	if info.DockerRootDir == "" || info.Driver == "" {
-		return nil, nil, fmt.Errorf("docker reports no root dir or storage driver (root %q, driver %q)", info.DockerRootDir, info.Driver)
-	}
+	next := &fsMemo{storage: settings, engine: engine}
 	at := time.Now()
-	if usesContainerdStore(info) {
-		st, err := ds.measureContainerdStore(ctx, info, at)
-		return st, nil, err
+	if settings.containerdStore {
+		st, err := ds.measureContainerdStore(ctx, settings.rootDir, at)
+		return st, next, err
 	}
-	driverDir := filepath.Join(info.DockerRootDir, info.Driver)
+	driverDir := filepath.Join(settings.rootDir, settings.driver)
 	st, err := os.Stat(driverDir)
 	if err != nil {
 		// Not a graph driver with a directory of its own: report the
 		// root dir, usage unknown.
 		klog.V(4).InfoS("Storage driver has no directory; image filesystem usage not measured", "dir", driverDir, "err", err)
-		return &fsStats{at: at, mountpoint: info.DockerRootDir, inodesUnknown: true}, nil, nil
+		return &fsStats{at: at, mountpoint: settings.rootDir, inodesUnknown: true}, next, nil
 	}
 	dev := st.Sys().(*syscall.Stat_t).Dev
 	if memo == nil || memo.driverDir != driverDir {
 		memo = &fsMemo{}
 	}
-	next := &fsMemo{driverDir: driverDir, layers: map[string]fsUsage{}, ids: map[string][]string{}}
-	layerdb := filepath.Join(info.DockerRootDir, "image", info.Driver, "layerdb")
+	next.driverDir, next.layers, next.ids = driverDir, map[string]fsUsage{}, map[string][]string{}
+	layerdb := filepath.Join(settings.rootDir, "image", settings.driver, "layerdb")
 	mounts := readLayerIDs(filepath.Join(layerdb, "mounts"), memo.ids, next.ids, "mount-id", "init-id")
 	imageLayers := readLayerIDs(filepath.Join(layerdb, "sha256"), memo.ids, next.ids, "cache-id")
 
@@ -357,14 +389,14 @@ func usesContainerdStore(info system.Info) bool {
 // The container filesystem's usage is the sum of the writable layers last
 // measured in the background for ContainerStats (container_layer.go): no
 // walk here.
-func (ds *DockerService) measureContainerdStore(ctx context.Context, info system.Info, at time.Time) (*fsStats, error) {
+func (ds *DockerService) measureContainerdStore(ctx context.Context, rootDir string, at time.Time) (*fsStats, error) {
 	du, err := ds.client.DiskUsage(ctx, types.DiskUsageOptions{Types: []types.DiskUsageObject{types.ImageObject}})
 	if err != nil {
 		return nil, fmt.Errorf("asking Docker for the image store's disk usage: %w", err)
 	}
 	return &fsStats{
 		at:            at,
-		mountpoint:    info.DockerRootDir,
+		mountpoint:    rootDir,
 		images:        fsUsage{bytes: uint64(max(du.LayersSize, 0))},
 		containers:    fsUsage{bytes: ds.layers.m.TotalBytes()},
 		inodesUnknown: true,

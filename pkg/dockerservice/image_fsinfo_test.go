@@ -363,3 +363,48 @@ func BenchmarkImageFsMeasure(b *testing.B) {
 		}
 	})
 }
+
+// Docker's storage settings change only with a dockerd restart, which
+// starts a new events stream: they are read once per stream, not at every
+// refresh.
+func TestImageFsInfoReadsStorageSettingsOncePerEngineSession(t *testing.T) {
+	e := newTestEnv(t)
+	r := newFakeDockerRoot(t)
+	e.docker.mu.Lock()
+	e.docker.info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+	e.docker.mu.Unlock()
+	refresh := func() *runtimeapi.ImageFsInfoResponse {
+		t.Helper()
+		prev := e.imageFsInfo(t).ImageFilesystems[0].Timestamp
+		e.setFsTTL(time.Nanosecond)
+		var got *runtimeapi.ImageFsInfoResponse
+		testutil.Eventually(t, "a refreshed measurement", func() bool {
+			got = e.imageFsInfo(t)
+			return got.ImageFilesystems[0].Timestamp != prev
+		})
+		e.setFsTTL(time.Hour)
+		return e.imageFsInfo(t)
+	}
+	e.setFsTTL(time.Hour)
+	e.docker.resetCalls()
+	e.imageFsInfo(t)
+	refresh()
+	refresh()
+	if n := e.docker.count("Info"); n != 1 {
+		t.Errorf("three measurements in one engine session asked Info %d times, want 1", n)
+	}
+
+	// dockerd restarted with another root: the new stream's sync makes
+	// the next measurement read the settings again.
+	moved := newFakeDockerRoot(t)
+	e.docker.mu.Lock()
+	e.docker.info = system.Info{DockerRootDir: moved.root, Driver: "overlay2"}
+	e.docker.mu.Unlock()
+	e.ds.onIndexSync(context.Background())
+	if mp := refresh().ImageFilesystems[0].FsId.GetMountpoint(); mp != moved.driverDir {
+		t.Errorf("after a new engine session: mountpoint %q, want the new root's %q", mp, moved.driverDir)
+	}
+	if n := e.docker.count("Info"); n != 2 {
+		t.Errorf("Info asked %d times, want 2", n)
+	}
+}

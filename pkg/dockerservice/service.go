@@ -120,6 +120,10 @@ type DockerService struct {
 	creating map[string]bool
 	// imagePresent remembers images known to exist locally.
 	imagePresent map[string]bool
+	// engineSession counts the events streams that synced the index: a
+	// dockerd restart starts a new one (settings read of the engine are
+	// read again then).
+	engineSession atomic.Uint64
 	// dockerVersion is the engine's version, read when the events stream
 	// connects.
 	dockerVersion string

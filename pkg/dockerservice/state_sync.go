@@ -86,6 +86,9 @@ func (ds *DockerService) beforeIndexSynced(ctx context.Context) {
 // onIndexSync runs, in its own goroutine, each time a new events stream
 // has synced the index; ctx ends with that stream.
 func (ds *DockerService) onIndexSync(ctx context.Context) {
+	// A new stream may be a new dockerd: what was read of the old one's
+	// settings is read again (image_fsinfo.go).
+	ds.engineSession.Add(1)
 	ds.refreshVersion(ctx)
 	nctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
