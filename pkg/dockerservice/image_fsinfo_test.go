@@ -86,6 +86,26 @@ func (e *testEnv) imageFsInfo(t *testing.T) *runtimeapi.ImageFsInfoResponse {
 	return resp
 }
 
+// freshImageFsInfo is the answer of a measurement begun after the call
+// (what the test changed before is in it), with no refresh left running
+// into the test's next step; the TTL is left at an hour.
+func (e *testEnv) freshImageFsInfo(t *testing.T) *runtimeapi.ImageFsInfoResponse {
+	t.Helper()
+	start := time.Now().UnixNano()
+	e.setFsTTL(time.Nanosecond)
+	testutil.Eventually(t, "a measurement begun after the change", func() bool {
+		return e.imageFsInfo(t).ImageFilesystems[0].Timestamp >= start
+	})
+	e.setFsTTL(time.Hour)
+	c := &e.ds.imageState().fs
+	testutil.Eventually(t, "no refresh running", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.inflight == nil
+	})
+	return e.imageFsInfo(t)
+}
+
 func (e *testEnv) setFsTTL(ttl time.Duration) {
 	c := &e.ds.imageState().fs
 	c.mu.Lock()
@@ -243,15 +263,7 @@ func TestImageFsInfoRemembersInitLayers(t *testing.T) {
 
 	refresh := func() uint64 {
 		t.Helper()
-		prev := e.imageFsInfo(t).ContainerFilesystems[0].Timestamp
-		e.setFsTTL(time.Nanosecond)
-		var got *runtimeapi.ImageFsInfoResponse
-		testutil.Eventually(t, "a refreshed measurement", func() bool {
-			got = e.imageFsInfo(t)
-			return got.ContainerFilesystems[0].Timestamp != prev
-		})
-		e.setFsTTL(time.Hour)
-		return e.imageFsInfo(t).ContainerFilesystems[0].InodesUsed.GetValue()
+		return e.freshImageFsInfo(t).ContainerFilesystems[0].InodesUsed.GetValue()
 	}
 
 	// Nothing writes to an init layer after create; were it walked
@@ -375,15 +387,7 @@ func TestImageFsInfoReadsStorageSettingsOncePerEngineSession(t *testing.T) {
 	e.docker.mu.Unlock()
 	refresh := func() *runtimeapi.ImageFsInfoResponse {
 		t.Helper()
-		prev := e.imageFsInfo(t).ImageFilesystems[0].Timestamp
-		e.setFsTTL(time.Nanosecond)
-		var got *runtimeapi.ImageFsInfoResponse
-		testutil.Eventually(t, "a refreshed measurement", func() bool {
-			got = e.imageFsInfo(t)
-			return got.ImageFilesystems[0].Timestamp != prev
-		})
-		e.setFsTTL(time.Hour)
-		return e.imageFsInfo(t)
+		return e.freshImageFsInfo(t)
 	}
 	e.setFsTTL(time.Hour)
 	e.docker.resetCalls()
