@@ -63,10 +63,15 @@ RELEASE_LDFLAGS = -s -w -linkmode=external -extldflags '-Wl,-z,relro,-z,now' $(L
 build-release:
 	CGO_ENABLED=1 CGO_CPPFLAGS='-D_FORTIFY_SOURCE=2' CGO_CFLAGS='-O2 -fstack-protector-strong' \
 		$(GO) build -trimpath -buildmode=pie -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_DIR)/netshim ./cmd/netshim
+	CGO_ENABLED=1 CGO_CPPFLAGS='-D_FORTIFY_SOURCE=2' CGO_CFLAGS='-O2 -fstack-protector-strong' \
+		$(GO) build -trimpath -buildmode=pie -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_DIR)/netshim-oci ./cmd/netshim-oci
 	@hack/manpage.sh $(RELEASE_DIR)/netshim '$(VERSION)' \
 		"$$(TZ=UTC0 git show -s --format=%cd --date=format-local:%Y-%m-%d HEAD 2>/dev/null || date -u +%Y-%m-%d)" \
 		>$(RELEASE_DIR)/netshim.8.tmp
 	@mv $(RELEASE_DIR)/netshim.8.tmp $(RELEASE_DIR)/netshim.8
+	@sed -e 's|@VERSION@|$(VERSION)|' \
+		-e "s|@DATE@|$$(TZ=UTC0 git show -s --format=%cd --date=format-local:%Y-%m-%d HEAD 2>/dev/null || date -u +%Y-%m-%d)|" \
+		deploy/man/netshim-oci.8.in >$(RELEASE_DIR)/netshim-oci.8
 
 ## install: install build-release's binary and man page, the systemd units and /etc/default/netshim
 # under DESTDIR (empty: this machine, root), without a package. PREFIX=/usr puts the binary in /usr/bin
@@ -84,12 +89,15 @@ UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/syste
 install: build-release
 	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(MANDIR)/man8
 	install -m 0755 $(RELEASE_DIR)/netshim $(DESTDIR)$(BINDIR)/netshim
+	install -m 0755 $(RELEASE_DIR)/netshim-oci $(DESTDIR)$(BINDIR)/netshim-oci
 	for unit in netshim.service netshim.socket; do \
 		sed 's|/usr/bin/netshim|$(BINDIR)/netshim|g' deploy/systemd/$$unit >$(RELEASE_DIR)/$$unit; \
 		install -m 0644 $(RELEASE_DIR)/$$unit $(DESTDIR)$(UNITDIR)/$$unit; \
 	done
-	gzip -9n <$(RELEASE_DIR)/netshim.8 >$(RELEASE_DIR)/netshim.8.gz
-	install -m 0644 $(RELEASE_DIR)/netshim.8.gz $(DESTDIR)$(MANDIR)/man8/netshim.8.gz
+	for page in netshim netshim-oci; do \
+		gzip -9n <$(RELEASE_DIR)/$$page.8 >$(RELEASE_DIR)/$$page.8.gz; \
+		install -m 0644 $(RELEASE_DIR)/$$page.8.gz $(DESTDIR)$(MANDIR)/man8/$$page.8.gz; \
+	done
 	@conf=$(DESTDIR)$(SYSCONFDIR)/default/netshim; \
 	if [[ -e $$conf ]] && ! cmp -s deploy/default/netshim "$$conf"; then \
 		echo "install: kept $$conf: it differs from deploy/default/netshim (an operator's edits)"; \
