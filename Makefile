@@ -43,7 +43,7 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-takeover e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
+.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-docker-netns e2e-faults e2e-kubelet e2e-takeover e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
 
 ## build: compile the daemon into _output/netshim and its OCI runtime wrapper into _output/netshim-oci
 # (registered in the engine as runtime netshim-oci for --sandbox-netns=pinned; README "Pinned netns")
@@ -327,13 +327,21 @@ node-e2e-images: dockerd-start
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit test-deb fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet e2e-takeover e2e-cluster node-conformance-quick; do \
+	for t in lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults conformance test-docker29 e2e-kubelet e2e-takeover e2e-cluster node-conformance-quick; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \
 	done; \
 	echo "make test: $${summary[*]}"; \
 	exit $$failed
+
+## e2e-docker-netns: make e2e with NETSHIM_SANDBOX_NETNS=docker: netshim in today's sandbox netns
+# mode (the pause container's own), while every other suite of make test runs netshim's default
+# --sandbox-netns=auto, which is the pinned mode on the engines hack/dockerd.sh and hack/docker29.sh
+# start (they register netshim-oci). NETSHIM_SANDBOX_NETNS=docker|pinned|auto on make's command
+# line (e.g. make test NETSHIM_SANDBOX_NETNS=docker) sets the mode of every suite's netshim.
+e2e-docker-netns:
+	@$(MAKE) --no-print-directory e2e NETSHIM_SANDBOX_NETNS=docker
 
 ## test-docker29: e2e and conformance on the private Docker 29 engine (root; part of `make test`)
 test-docker29:
