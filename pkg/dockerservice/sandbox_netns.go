@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
@@ -102,19 +103,37 @@ func (ds *DockerService) usePinnedNetNS(ctx context.Context, hostNetwork bool, h
 	return false, withCode(codes.FailedPrecondition, fmt.Errorf("--sandbox-netns=pinned needs netshim's OCI runtime wrapper registered in the Docker engine as runtime %q (daemon.json \"runtimes\": {%q: {\"path\": \"/usr/bin/netshim-oci\"}}, then SIGHUP dockerd), or run netshim with --sandbox-netns=auto", OCIWrapperRuntime, OCIWrapperRuntime))
 }
 
+// labelNetNS names a sandbox's pinned netns on its infra container: the
+// second record of it, which rebuilds a lost or damaged checkpoint's
+// (checkpoint_recover.go) and keeps the start-up sweep off the file.
+const labelNetNS = labelPrefix + "netns"
+
 // pinSandboxNetNS makes a new pinned netns for a sandbox being created.
 // Its name is random: the sandbox ID is Docker's, known only after the
-// create, and the path must be in the create's config.
-func (ds *DockerService) pinSandboxNetNS() (podns.Paths, error) {
+// create, and the path must be in the create's config. Until done is
+// called (once the checkpoint names the file, or it was removed) the
+// start-up sweep leaves it alone.
+func (ds *DockerService) pinSandboxNetNS() (paths podns.Paths, done func(), err error) {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	paths, err := ds.pinner.Pin("pod-"+hex.EncodeToString(b[:]), podns.Net)
+	name := "pod-" + hex.EncodeToString(b[:])
+	path := ds.pinner.Path(name, podns.Net)
+	ds.pinMu.Lock()
+	ds.pinning[path] = true
+	paths, err = ds.pinner.Pin(name, podns.Net)
+	ds.pinMu.Unlock()
+	done = func() {
+		ds.pinMu.Lock()
+		delete(ds.pinning, path)
+		ds.pinMu.Unlock()
+	}
 	if err != nil {
-		return nil, fmt.Errorf("making the pod's network namespace: %w", err)
+		done()
+		return nil, nil, fmt.Errorf("making the pod's network namespace: %w", err)
 	}
-	return paths, nil
+	return paths, done, nil
 }
 
 // pinnedNetNS returns the sandbox's pinned netns path if it has one that
@@ -148,16 +167,19 @@ func (ds *DockerService) releasePinnedNetNS(cp *checkpoint.PodSandbox) error {
 	return nil
 }
 
-// sweepPinnedNetNS removes, at start-up, the pinned netns files no
-// checkpoint names: left by a daemon killed between making one and writing
+// sweepPinnedNetNS removes, once at start-up, the pinned netns files no
+// sandbox names: left by a daemon killed between making one and writing
 // the sandbox's checkpoint (whose container then never started), or by a
-// sandbox whose checkpoint is gone. It runs before any RPC is served, so no
-// RunPodSandbox can be between those two steps. With checkpoints that
-// could not be loaded it keeps every file: one may be theirs.
+// sandbox whose checkpoint and container are both gone. It runs after the
+// first index sync and the rebuild of damaged checkpoints, so a sandbox
+// names its file through its checkpoint or its infra container's label;
+// files a RunPodSandbox is making are skipped (pinMu orders the two).
 func (ds *DockerService) sweepPinnedNetNS() {
 	if ds.pinner == nil {
 		return
 	}
+	ds.pinMu.Lock()
+	defer ds.pinMu.Unlock()
 	files, err := ds.pinner.List()
 	if err != nil {
 		klog.ErrorS(err, "Failed to list pinned network namespaces; leaving them", "netnsDir", ds.pinner.Dir())
@@ -166,22 +188,22 @@ func (ds *DockerService) sweepPinnedNetNS() {
 	if len(files) == 0 {
 		return
 	}
+	used := map[string]bool{}
 	ds.mu.Lock()
-	issues := len(ds.checkpointIssues)
-	used := make(map[string]bool, len(ds.sandboxes))
 	for _, cp := range ds.sandboxes {
 		if cp.NetNS != "" {
 			used[cp.NetNS] = true
 		}
 	}
 	ds.mu.Unlock()
-	if issues > 0 {
-		klog.InfoS("Not sweeping pinned network namespaces: some checkpoints could not be loaded and may name them", "netnsDir", ds.pinner.Dir(), "files", len(files))
-		return
+	for _, r := range ds.store.List(store.KindSandbox) {
+		if path := r.DockerLabels[labelNetNS]; path != "" {
+			used[path] = true
+		}
 	}
 	removed := 0
 	for _, f := range files {
-		if used[f] {
+		if used[f] || ds.pinning[f] {
 			continue
 		}
 		if err := ds.pinner.Remove(f); err != nil {

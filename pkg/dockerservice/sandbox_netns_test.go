@@ -124,6 +124,9 @@ func TestPinnedSandboxLifecycle(t *testing.T) {
 	if c.HostConfig.Runtime != OCIWrapperRuntime || c.HostConfig.NetworkMode != "none" {
 		t.Errorf("runtime %q network %q, want %s and none", c.HostConfig.Runtime, c.HostConfig.NetworkMode, OCIWrapperRuntime)
 	}
+	if got := c.Config.Labels[labelNetNS]; got != cp.NetNS {
+		t.Errorf("label %s = %q, want %s", labelNetNS, got, cp.NetNS)
+	}
 	if want := (podns.Paths{podns.Net: cp.NetNS}).Env(); !slices.Contains(c.Config.Env, want) {
 		t.Errorf("env %q lacks %q", c.Config.Env, want)
 	}
@@ -317,5 +320,44 @@ func TestWrapperIsNoRuntimeHandler(t *testing.T) {
 	}
 	if st, _ := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{}); len(st.Info) != 0 {
 		t.Errorf("non-verbose Status has info %v", st.Info)
+	}
+}
+
+// A pinned sandbox whose checkpoint was damaged while netshim was down
+// gets its netns back from its container's label: the sweep leaves the
+// file, and Stop DELs in it and removes it. A file no sandbox names goes.
+func TestPinnedNetnsOfDamagedCheckpoint(t *testing.T) {
+	requireRoot(t)
+	e, dir := newPinnedEnv(t, SandboxNetNSPinned, true)
+	id := e.run(t, podConfig("web"))
+	cp, err := e.ckpt.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.ckpt.Dir(), id+".json"), []byte(`{"checksum":"sha256:00","data":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stray := filepath.Join(dir, "pod-stray.net")
+	if err := os.WriteFile(stray, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	ds, plugin := e.restartWith(t, func(c *Config) { c.SandboxNetNS, c.NetNSDir = SandboxNetNSPinned, dir })
+	if got := ds.getCheckpoint(id); got == nil || got.NetNS != cp.NetNS {
+		t.Fatalf("rebuilt checkpoint %+v, want netns %s from the container's label", got, cp.NetNS)
+	}
+	if got := listDir(t, dir); len(got) != 1 || filepath.Join(dir, got[0]) != cp.NetNS {
+		t.Errorf("after start-up: %v, want only %s", got, cp.NetNS)
+	}
+	if _, err := ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	plugin.mu.Lock()
+	atDown := plugin.netnsAtDown
+	plugin.mu.Unlock()
+	if atDown != cp.NetNS {
+		t.Errorf("DEL got netns %q, want %s", atDown, cp.NetNS)
+	}
+	if got := listDir(t, dir); len(got) != 0 {
+		t.Errorf("after Stop: %v", got)
 	}
 }

@@ -64,14 +64,15 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	}
 	var netns string
 	if pinned {
-		paths, err := ds.pinSandboxNetNS()
+		paths, done, err := ds.pinSandboxNetNS()
 		if err != nil {
 			return nil, err
 		}
 		netns = paths[podns.Net]
 		// Until the checkpoint names it, the netns is this call's to
-		// remove on every way out.
+		// remove on every way out, and the start-up sweep's to leave.
 		defer func() {
+			done()
 			if netns != "" {
 				if err := ds.pinner.Remove(netns); err != nil {
 					klog.FromContext(ctx).Error(err, "Failed to remove the pinned netns of a sandbox that was not created", "netns", netns)
@@ -80,6 +81,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		}()
 		hostConfig.Runtime = OCIWrapperRuntime
 		config.Env = append(config.Env, paths.Env())
+		config.Labels[labelNetNS] = netns
 		t.step("netns")
 	}
 	created, err := ds.createOwned(ctx, config, hostConfig, name, nil)

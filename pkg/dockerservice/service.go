@@ -92,9 +92,13 @@ type DockerService struct {
 	layers *layerUsage
 	// events publishes container events (container_events.go).
 	events *containerEvents
-	// pinner makes the pinned network namespaces; nil in the docker
-	// mode (sandbox_netns.go).
-	pinner *podns.Pinner
+	// pinner makes the pinned network namespaces; nil without a
+	// --netns-dir (sandbox_netns.go). pinning holds the files a
+	// RunPodSandbox is making, which the start-up sweep must leave;
+	// pinMu orders the two.
+	pinner  *podns.Pinner
+	pinMu   sync.Mutex
+	pinning map[string]bool
 
 	// lifecycle serialises RunPodSandbox (from the moment its container
 	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
@@ -152,6 +156,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		checkpointIssues: map[string]checkpointIssue{},
 		creating:         map[string]bool{},
 		imagePresent:     map[string]bool{},
+		pinning:          map[string]bool{},
 		containers:       newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
 	}
 	ds.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
@@ -178,7 +183,6 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	} else if cfg.SandboxNetNS == SandboxNetNSAuto || cfg.SandboxNetNS == SandboxNetNSPinned {
 		return nil, fmt.Errorf("--sandbox-netns=%s needs a --netns-dir", cfg.SandboxNetNS)
 	}
-	ds.sweepPinnedNetNS()
 	plugin, err := network.InitNetworkPlugin(plugins, cfg.NetworkPluginName, &networkHost{ds}, cfg.Network)
 	if err != nil {
 		return nil, err
