@@ -171,6 +171,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	if err := ds.loadCheckpoints(); err != nil {
 		return nil, err
 	}
+	ds.killOrphanedPlugins() // cni_orphans.go
 	if cfg.SandboxNetNS != "" {
 		if err := ValidSandboxNetNSMode(cfg.SandboxNetNS); err != nil {
 			return nil, err
