@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// netshim's --sandbox-netns values the bench measures.
+const (
+	modeDocker = "docker" // the default: Docker makes the pod's netns, CNI ADD after the start
+	modePinned = "pinned" // netshim makes and pins the netns, CNI ADD in parallel with the start
+	// ociRuntime is the engine runtime the pinned mode starts the pause
+	// container under (cmd/netshim-oci, registered by hack/dockerd.sh).
+	ociRuntime = "netshim-oci"
+)
+
+// netshimHasSandboxNetns says whether the netshim binary has the
+// --sandbox-netns flag, from its --help: one built before the pinned mode
+// has not, and would refuse the flag.
+func netshimHasSandboxNetns(ctx context.Context, bin string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--help").CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return false, fmt.Errorf("running %s --help: %w", bin, err)
+	}
+	return strings.Contains(string(out), "--sandbox-netns"), nil
+}
+
+// pinnedUnavailable says why the pinned sandbox netns mode cannot be
+// measured, or "" when it can: netshim must have the mode and the engine
+// the runtime it starts pause containers under.
+func pinnedUnavailable(netshimHasFlag bool, engineRuntimes []string) string {
+	if !netshimHasFlag {
+		return "netshim has no --sandbox-netns flag (a build from before the pinned netns mode)"
+	}
+	if !slices.Contains(engineRuntimes, ociRuntime) {
+		slices.Sort(engineRuntimes)
+		return fmt.Sprintf("the Docker engine has no runtime %s (it has: %s); hack/dockerd.sh registers _output/%s on the dockerd it starts "+
+			"(stop a dockerd started without it: hack/dockerd.sh stop), or add it under \"runtimes\" in /etc/docker/daemon.json and send dockerd SIGHUP",
+			ociRuntime, strings.Join(engineRuntimes, ", "), ociRuntime)
+	}
+	return ""
+}
+
+// pinnedLogPath is where the pinned-mode netshim logs: beside the default
+// one's --netshim-log (bench-netshim.log -> bench-netshim-pinned.log), or
+// in the run's temporary directory.
+func pinnedLogPath(defaultLog, dir string) string {
+	if defaultLog == "" {
+		return filepath.Join(dir, "pinned", "netshim.log")
+	}
+	return strings.TrimSuffix(defaultLog, ".log") + "-pinned.log"
+}
+
+// modesLine is the report header's line about what was compared.
+func (b *bench) modesLine() string {
+	var s string
+	switch {
+	case b.pinnedSkip != "":
+		s = "sandbox netns: the default mode only; the pinned mode was not measured (see the notes)"
+	case b.mode == "":
+		s = "sandbox netns: netshim's default"
+	default:
+		s = fmt.Sprintf("sandbox netns: `--sandbox-netns=%s` for every scenario; `--sandbox-netns=%s` (pause under the engine runtime %s) in the sequential rounds, a second netshim with its own proxy",
+			b.mode, modePinned, ociRuntime)
+	}
+	if b.slowList != nil {
+		s += fmt.Sprintf("; slow chain: the same conflist with %s appended (ADD sleeps %s)", filepath.Base(b.opts.cniSleep), b.opts.slowSleep)
+	}
+	return s
+}
+
+// unmountUnder detaches the mounts a netshim left in its netns dir (a pod
+// netns is pinned by a bind mount, and the dir itself may be made a
+// mount), so that the temporary directory can be removed after a netshim
+// died. Entries that are not mounts are left to os.RemoveAll.
+func unmountUnder(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		errs = append(errs, detach(filepath.Join(dir, e.Name())))
+	}
+	errs = append(errs, detach(dir))
+	return errors.Join(errs...)
+}
+
+func detach(path string) error {
+	err := unix.Unmount(path, unix.MNT_DETACH)
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil // unmounted, or not a mount point
+	}
+	return fmt.Errorf("unmounting %s: %w", path, err)
+}
