@@ -45,9 +45,11 @@ endif
 
 .PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-takeover e2e-cluster test run clean bench dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
 
-## build: compile the daemon into _output/netshim
+## build: compile the daemon into _output/netshim and its OCI runtime wrapper into _output/netshim-oci
+# (registered in the engine as runtime netshim-oci for --sandbox-netns=pinned; README "Pinned netns")
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(OUT)/netshim ./cmd/netshim
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(OUT)/netshim-oci ./cmd/netshim-oci
 
 ## build-release: the binary make install and make deb ship, in _output/release, with its man page
 # (made from its own --help). Linked against glibc like make build's (cgo: the system's resolver), so

@@ -153,6 +153,12 @@ func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandbox
 	if ref.cp == nil {
 		return nil
 	}
+	// The DEL had the pinned netns; nothing needs it any more. A failure
+	// is only logged: the network is down, and Remove tries again
+	// before the checkpoint that names the file goes.
+	if err := ds.releasePinnedNetNS(ref.cp); err != nil {
+		klog.FromContext(ctx).Error(err, "Failed to remove a torn-down sandbox's pinned netns; RemovePodSandbox retries", "podSandboxID", ref.id)
+	}
 	ds.mu.Lock()
 	if cur, ok := ds.sandboxes[ref.id]; ok {
 		updated := *cur

@@ -26,6 +26,7 @@ import (
 	"github.com/netshim/netshim/pkg/layerusage"
 	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/podns"
 )
 
 // Config holds the settings of a DockerService.
@@ -55,6 +56,11 @@ type Config struct {
 	// CRIDockerdRootDir (adopt.go).
 	AdoptCRIDockerd   bool
 	CRIDockerdRootDir string
+	// SandboxNetNS is where sandboxes' network namespaces come from:
+	// SandboxNetNSAuto, SandboxNetNSPinned or SandboxNetNSDocker (""
+	// is docker); NetNSDir is where pinned ones live (sandbox_netns.go).
+	SandboxNetNS string
+	NetNSDir     string
 }
 
 // DockerService implements the CRI on Docker.
@@ -86,6 +92,9 @@ type DockerService struct {
 	layers *layerUsage
 	// events publishes container events (container_events.go).
 	events *containerEvents
+	// pinner makes the pinned network namespaces; nil in the docker
+	// mode (sandbox_netns.go).
+	pinner *podns.Pinner
 
 	// lifecycle serialises RunPodSandbox (from the moment its container
 	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
@@ -157,6 +166,19 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	if err := ds.loadCheckpoints(); err != nil {
 		return nil, err
 	}
+	if cfg.SandboxNetNS != "" {
+		if err := ValidSandboxNetNSMode(cfg.SandboxNetNS); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.NetNSDir != "" {
+		// Also in the docker mode: sandboxes made while pinned still
+		// tear down with, and then remove, the netns they name.
+		ds.pinner = podns.NewPinner(cfg.NetNSDir)
+	} else if cfg.SandboxNetNS == SandboxNetNSAuto || cfg.SandboxNetNS == SandboxNetNSPinned {
+		return nil, fmt.Errorf("--sandbox-netns=%s needs a --netns-dir", cfg.SandboxNetNS)
+	}
+	ds.sweepPinnedNetNS()
 	plugin, err := network.InitNetworkPlugin(plugins, cfg.NetworkPluginName, &networkHost{ds}, cfg.Network)
 	if err != nil {
 		return nil, err
