@@ -31,11 +31,7 @@ cd "$ROOT"
 mkdir -p "$OUT"
 version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 "$GO" build -ldflags "-X github.com/netshim/netshim/pkg/version.Version=$version" -o "$OUT/netshim" ./cmd/netshim
-# cmd/netshim-oci comes with the pinned netns mode; a tree without it is
-# benchmarked in the default mode only.
-if [[ -d ./cmd/netshim-oci ]]; then
-  "$GO" build -o "$OUT/netshim-oci" ./cmd/netshim-oci
-fi
+"$GO" build -o "$OUT/netshim-oci" ./cmd/netshim-oci
 "$GO" build -o "$OUT/cni-sleep" ./test/tools/cni-sleep
 "$GO" build -o "$OUT/netshim-bench" ./test/bench
 

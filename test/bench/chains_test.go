@@ -71,17 +71,15 @@ func TestSlowConfSortsFirst(t *testing.T) {
 func TestPinnedUnavailable(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		hasFlag  bool
 		runtimes []string
 		want     string // substring; "" means available
 	}{
-		{"both", true, []string{"runc", "netshim-oci"}, ""},
-		{"old netshim", false, []string{"runc", "netshim-oci"}, "no --sandbox-netns flag"},
-		{"engine without the runtime", true, []string{"runc", "io.containerd.runc.v2"}, "no runtime netshim-oci (it has: io.containerd.runc.v2, runc)"},
-		{"no runtimes listed", true, nil, "no runtime netshim-oci"},
+		{"registered", []string{"runc", "netshim-oci"}, ""},
+		{"engine without the runtime", []string{"runc", "io.containerd.runc.v2"}, "no runtime netshim-oci (it has: io.containerd.runc.v2, runc)"},
+		{"no runtimes listed", nil, "no runtime netshim-oci"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := pinnedUnavailable(tc.hasFlag, tc.runtimes)
+			got := pinnedUnavailable(tc.runtimes)
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 				t.Errorf("pinnedUnavailable = %q, want %q", got, tc.want)
 			}
@@ -275,5 +273,33 @@ func TestUnmountUnderDetachesBindMounts(t *testing.T) {
 	}
 	if err := os.RemoveAll(filepath.Dir(dst)); err != nil {
 		t.Errorf("after unmountUnder: %v", err)
+	}
+}
+
+func TestParseModeInfo(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		info       map[string]string
+		mode       string
+		wantErrHas string
+	}{
+		{"pinned", map[string]string{"sandboxNetns": `{"mode":"pinned","reason":"--sandbox-netns=pinned and the Docker engine has runtime netshim-oci"}`}, "pinned", ""},
+		{"docker", map[string]string{"sandboxNetns": `{"mode":"docker","reason":"--sandbox-netns=docker"}`}, "docker", ""},
+		{"unavailable", map[string]string{"sandboxNetns": `{"mode":"unavailable","reason":"no runtime"}`}, "unavailable", ""},
+		{"old netshim", nil, "", "no sandboxNetns info"},
+		{"not JSON", map[string]string{"sandboxNetns": "pinned"}, "", "sandboxNetns"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mode, _, err := parseModeInfo(tc.info)
+			if tc.wantErrHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErrHas) {
+					t.Fatalf("err = %v, want one saying %q", err, tc.wantErrHas)
+				}
+				return
+			}
+			if err != nil || mode != tc.mode {
+				t.Errorf("parseModeInfo = %q, %v; want %q", mode, err, tc.mode)
+			}
+		})
 	}
 }

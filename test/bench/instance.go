@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -21,9 +22,8 @@ import (
 // in the default sandbox netns mode for every scenario, and one in the
 // pinned mode for the sequential rounds.
 type instance struct {
-	name        string // "default" or "pinned", for messages
-	mode        string // its --sandbox-netns value; "" when netshim has no such flag
-	dir         string // its directory: root, CNI cache, netns dir, sockets
+	name        string // "default" or "pinned", for messages and its pods' instanceLabel
+	mode        string // its --sandbox-netns
 	cacheDir    string
 	netnsDir    string
 	callTimeout time.Duration
@@ -51,7 +51,7 @@ type instanceConfig struct {
 // netshim says it is ready. On failure it stops what it started.
 func startInstance(ctx context.Context, o options, c instanceConfig) (_ *instance, err error) {
 	in := &instance{
-		name: c.name, mode: c.mode, dir: c.dir,
+		name: c.name, mode: c.mode,
 		cacheDir:    filepath.Join(c.dir, "cache"),
 		netnsDir:    filepath.Join(c.dir, "netns"),
 		callTimeout: o.callTimeout,
@@ -66,10 +66,6 @@ func startInstance(ctx context.Context, o options, c instanceConfig) (_ *instanc
 	if err != nil {
 		return nil, fmt.Errorf("starting the counting Docker proxy of the %s netshim: %w", c.name, err)
 	}
-	var args []string
-	if c.mode != "" {
-		args = append(args, "--sandbox-netns="+c.mode, "--netns-dir="+in.netnsDir)
-	}
 	in.netshim, err = harness.NewNetshim(
 		harness.WithBinary(o.netshim),
 		harness.WithDir(c.dir),
@@ -83,7 +79,8 @@ func startInstance(ctx context.Context, o options, c instanceConfig) (_ *instanc
 		harness.WithVerbosity(1),
 		harness.WithOwnProcessGroup(),
 		harness.WithStartTimeout(o.startTimeout),
-		harness.WithArgs(args...),
+		harness.WithSandboxNetNS(c.mode),
+		harness.WithNetNSDir(in.netnsDir),
 	)
 	if err != nil {
 		return nil, err
@@ -102,7 +99,42 @@ func startInstance(ctx context.Context, o options, c instanceConfig) (_ *instanc
 			return nil, fmt.Errorf("the %s netshim is not ready: %s %s: %s", c.name, cond.Type, cond.Reason, cond.Message)
 		}
 	}
+	// What it measures must be the mode it is named for: netshim says
+	// which mode new pods get, and why.
+	if err := checkMode(ctx, in.rt, c.mode); err != nil {
+		return nil, fmt.Errorf("the %s netshim: %w", c.name, err)
+	}
 	return in, nil
+}
+
+// checkMode asks netshim (CRI Status, verbose) which sandbox netns mode
+// new pods get, and fails unless it is want.
+func checkMode(ctx context.Context, rt runtimeapi.RuntimeServiceClient, want string) error {
+	st, err := rt.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		return fmt.Errorf("CRI Status (verbose): %w", err)
+	}
+	mode, reason, err := parseModeInfo(st.GetInfo())
+	if err != nil {
+		return err
+	}
+	if mode != want {
+		return fmt.Errorf("new pods get the sandbox netns mode %q, not %q: %s", mode, want, reason)
+	}
+	return nil
+}
+
+// parseModeInfo reads the sandboxNetns entry of Status's verbose info.
+func parseModeInfo(info map[string]string) (mode, reason string, err error) {
+	raw, ok := info["sandboxNetns"]
+	if !ok {
+		return "", "", errors.New("CRI Status (verbose) has no sandboxNetns info: a netshim from before the pinned netns mode?")
+	}
+	var m struct{ Mode, Reason string }
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		return "", "", fmt.Errorf("CRI Status (verbose) sandboxNetns %q: %w", raw, err)
+	}
+	return m.Mode, m.Reason, nil
 }
 
 // stop stops netshim (SIGTERM) and the proxy; stopping a stopped

@@ -77,7 +77,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.cleanupBudget, "cleanup-timeout", 5*time.Minute, "how long cleanup may take")
 	flag.StringVar(&o.cniSleep, "cni-sleep", "_output/cni-sleep", "the test CNI plugin appended to the chain for the slow-chain rounds (go build -o _output/cni-sleep ./test/tools/cni-sleep)")
 	flag.DurationVar(&o.slowSleep, "slow-chain-sleep", 150*time.Millisecond, "how long cni-sleep's ADD sleeps in the slow-chain rounds; 0 leaves those rounds out")
-	flag.BoolVar(&o.requirePinned, "require-pinned", false, "fail, instead of leaving the pinned-mode rows out, when the pinned sandbox netns mode cannot be measured (netshim without --sandbox-netns, or an engine without the runtime netshim-oci)")
+	flag.BoolVar(&o.requirePinned, "require-pinned", false, "fail, instead of leaving the pinned-mode rows out, when the pinned sandbox netns mode cannot be measured (the engine has no runtime netshim-oci)")
 	flag.Parse()
 	return o
 }
@@ -304,15 +304,11 @@ func (b *bench) setUp(ctx context.Context) error {
 		return err
 	}
 
-	hasFlag, err := netshimHasSandboxNetns(ctx, o.netshim)
-	if err != nil {
-		return err
-	}
 	info, err := b.docker.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("docker info: %w", err)
 	}
-	b.pinnedSkip = pinnedUnavailable(hasFlag, slices.Collect(maps.Keys(info.Runtimes)))
+	b.pinnedSkip = pinnedUnavailable(slices.Collect(maps.Keys(info.Runtimes)))
 	if b.pinnedSkip != "" {
 		if o.requirePinned {
 			return fmt.Errorf("--require-pinned: %s", b.pinnedSkip)
@@ -320,17 +316,13 @@ func (b *bench) setUp(ctx context.Context) error {
 		fmt.Fprintf(os.Stderr, "netshim-bench: the pinned-mode rows are left out: %s\n", b.pinnedSkip)
 		b.report.note("The pinned sandbox netns mode was not measured: %s.", b.pinnedSkip)
 	}
-	defaultMode := ""
-	if hasFlag {
-		// Explicitly: the flag's own default (auto) would pick the pinned
-		// mode on an engine that has netshim-oci.
-		defaultMode = modeDocker
-	}
 	logPath := o.netshimLog
 	if logPath == "" {
 		logPath = filepath.Join(b.dir, "netshim.log")
 	}
-	b.instance, err = startInstance(ctx, o, instanceConfig{name: "default", mode: defaultMode, dir: b.dir,
+	// The default mode is given explicitly: netshim's own default (auto)
+	// is the pinned mode on an engine that has netshim-oci.
+	b.instance, err = startInstance(ctx, o, instanceConfig{name: "default", mode: modeDocker, dir: b.dir,
 		confDir: filepath.Join(b.dir, "net.d"), cniBinDirs: b.binDirs, logPath: logPath})
 	if err != nil {
 		return err

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,27 +20,10 @@ const (
 	ociRuntime = "netshim-oci"
 )
 
-// netshimHasSandboxNetns says whether the netshim binary has the
-// --sandbox-netns flag, from its --help: one built before the pinned mode
-// has not, and would refuse the flag.
-func netshimHasSandboxNetns(ctx context.Context, bin string) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--help").CombinedOutput()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		return false, fmt.Errorf("running %s --help: %w", bin, err)
-	}
-	return strings.Contains(string(out), "--sandbox-netns"), nil
-}
-
 // pinnedUnavailable says why the pinned sandbox netns mode cannot be
-// measured, or "" when it can: netshim must have the mode and the engine
-// the runtime it starts pause containers under.
-func pinnedUnavailable(netshimHasFlag bool, engineRuntimes []string) string {
-	if !netshimHasFlag {
-		return "netshim has no --sandbox-netns flag (a build from before the pinned netns mode)"
-	}
+// measured, or "" when it can: the engine must have the runtime netshim
+// starts pause containers under in that mode.
+func pinnedUnavailable(engineRuntimes []string) string {
 	if !slices.Contains(engineRuntimes, ociRuntime) {
 		slices.Sort(engineRuntimes)
 		return fmt.Sprintf("the Docker engine has no runtime %s (it has: %s); hack/dockerd.sh registers _output/%s on the dockerd it starts "+
@@ -69,8 +49,6 @@ func (b *bench) modesLine() string {
 	switch {
 	case b.pinnedSkip != "":
 		s = "sandbox netns: the default mode only; the pinned mode was not measured (see the notes)"
-	case b.mode == "":
-		s = "sandbox netns: netshim's default"
 	default:
 		s = fmt.Sprintf("sandbox netns: `--sandbox-netns=%s` for every scenario; `--sandbox-netns=%s` (pause under the engine runtime %s) in the sequential rounds, a second netshim with its own proxy",
 			b.mode, modePinned, ociRuntime)
