@@ -13,7 +13,7 @@ import (
 
 // netshim's --sandbox-netns values the bench measures.
 const (
-	modeDocker = "docker" // the default: Docker makes the pod's netns, CNI ADD after the start
+	modeDocker = "docker" // the pause container's own netns, CNI ADD after the start
 	modePinned = "pinned" // netshim makes and pins the netns, CNI ADD in parallel with the start
 	// ociRuntime is the engine runtime the pinned mode starts the pause
 	// container under (cmd/netshim-oci, registered by hack/dockerd.sh).
