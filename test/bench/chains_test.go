@@ -190,7 +190,12 @@ func ms(v ...int) []time.Duration {
 func TestChainReport(t *testing.T) {
 	r := newReport()
 	r.addChain(chainResult{key: "bridge", title: "bridge chain", rounds: 3,
-		def: ms(300, 310, 320), pinned: ms(220, 230, 240), floor: ms(300, 300, 300)})
+		def: ms(300, 310, 320), pinned: ms(220, 230, 240), floor: ms(300, 300, 300),
+		floorPhases: []floorPhases{
+			{create: 50 * time.Millisecond, start: 190 * time.Millisecond, inspect: 3 * time.Millisecond, loADD: 5 * time.Millisecond, add: 25 * time.Millisecond},
+			{create: 40 * time.Millisecond, start: 200 * time.Millisecond, inspect: 2 * time.Millisecond, loADD: 4 * time.Millisecond, add: 20 * time.Millisecond},
+			{create: 30 * time.Millisecond, start: 210 * time.Millisecond, inspect: 1 * time.Millisecond, loADD: 6 * time.Millisecond, add: 15 * time.Millisecond},
+		}})
 	r.addChain(chainResult{key: "slow", title: "slow chain", rounds: 3,
 		def: ms(470, 480, 490), pinned: ms(330, 320, 310), floor: ms(460, 460, 460)})
 	md := r.markdown()
@@ -201,13 +206,21 @@ func TestChainReport(t *testing.T) {
 		"| pinned / floor, p50 / p50 | 0.77× | 0.70× |",
 		"| default / floor, p50 / p50 | 1.03× | 1.04× |",
 		"| rounds | 3 | 3 |",
-		"| RunPodSandbox p50, pinned mode ≤ 0.8 × floor p50 (bridge chain) | 0.77× (per-round median 0.77×) | yes |",
-		"| RunPodSandbox p50, pinned mode ≤ 0.6 × floor p50 (slow chain) | 0.70× (per-round median 0.70×) | **no** |",
-		"| RunPodSandbox p50, default mode ≤ 1.05 × floor p50 (slow chain) | 1.04× (per-round median 1.04×) | yes |",
+		"| RunPodSandbox p50, pinned mode ≤ 0.8 × floor p50 (bridge chain) | 0.767× (per-round median 0.77×) | yes |",
+		"| RunPodSandbox p50, pinned mode ≤ 0.6 × floor p50 (slow chain) | 0.696× (per-round median 0.70×) | **no** |",
+		"| RunPodSandbox p50, default mode ≤ 1.05 × floor p50 (slow chain) | 1.043× (per-round median 1.04×) | yes |",
+		"|   floor steps p50: create / start / inspect / loopback ADD / ADD | 40.0 ms / 200.0 ms / 2.00 ms / 5.00 ms / 20.0 ms | n/a |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
+	}
+
+	// Just over the target: three decimals, so that it does not read 0.60×.
+	r = newReport()
+	r.addChain(chainResult{key: "slow", title: "slow chain", rounds: 1, def: ms(1000), pinned: ms(601), floor: ms(1000)})
+	if want := "| RunPodSandbox p50, pinned mode ≤ 0.6 × floor p50 (slow chain) | 0.601× (per-round median 0.60×) | **no** |"; !strings.Contains(r.markdown(), want) {
+		t.Errorf("report lacks %q:\n%s", want, r.markdown())
 	}
 
 	r = newReport()

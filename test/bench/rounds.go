@@ -78,6 +78,8 @@ type seqSamples struct {
 	// The Docker requests of the netshim kinds' calls, and those the other
 	// netshim made meanwhile (its events watch follows every netshim pod).
 	runReqs, downReqs, otherReqs [numKinds]requestCounts
+	// floorPhases are the steps of the floor with loopback's set-up.
+	floorPhases []floorPhases
 }
 
 func (s *seqSamples) has(k podKind) bool { return len(s.run[k]) > 0 }
@@ -123,6 +125,9 @@ func (b *bench) sequentialRounds(ctx context.Context, prefix string, kinds []pod
 			floorPods[k] = p
 			if counted {
 				s.run[k] = append(s.run[k], d)
+				if k == kindFloorLo {
+					s.floorPhases = append(s.floorPhases, p.phases)
+				}
 			}
 		}
 		for _, k := range order {
@@ -170,7 +175,8 @@ func (b *bench) sequentialRounds(ctx context.Context, prefix string, kinds []pod
 // each mode and on the floor) and notes what the other netshim did during
 // each netshim's calls.
 func (b *bench) reportChain(s *seqSamples, key, title string) {
-	c := chainResult{key: key, title: title, rounds: s.rounds, def: s.run[kindNetshim], pinned: s.run[kindPinned], floor: s.run[kindFloorLo], pinnedSkip: b.pinnedSkip}
+	c := chainResult{key: key, title: title, rounds: s.rounds, def: s.run[kindNetshim], pinned: s.run[kindPinned], floor: s.run[kindFloorLo],
+		floorPhases: s.floorPhases, pinnedSkip: b.pinnedSkip}
 	b.report.addChain(c)
 	for _, k := range []podKind{kindNetshim, kindPinned} {
 		if n := s.otherReqs[k].total(); n > 0 {
