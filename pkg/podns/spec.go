@@ -61,6 +61,14 @@ func ApplyToConfig(config []byte, verify func(path string, kind Kind) error) ([]
 	if linux["namespaces"], err = json.Marshal(nss); err != nil {
 		return nil, false, err
 	}
+	if _, ok := paths[Net]; ok {
+		if top["hooks"], err = dropLibnetworkHooks(top["hooks"]); err != nil {
+			return nil, false, err
+		}
+		if top["hooks"] == nil {
+			delete(top, "hooks")
+		}
+	}
 	if top["linux"], err = json.Marshal(linux); err != nil {
 		return nil, false, err
 	}
@@ -72,6 +80,57 @@ func ApplyToConfig(config []byte, verify func(path string, kind Kind) error) ([]
 	}
 	out, err := json.Marshal(top)
 	return out, err == nil, err
+}
+
+// libnetworkHook is the first argument of the prestart hook through which
+// Docker's libnetwork takes over a container's network namespace.
+const libnetworkHook = "libnetwork-setkey"
+
+// dropLibnetworkHooks removes Docker's libnetwork hook from an OCI config's
+// hooks. In a pinned netns the network is netshim's (CNI's): Docker's
+// network mode is "none" and has nothing to set up there, but Docker up to
+// 25 begins its setup by disabling IPv6 on every interface of the netns,
+// which would remove the IPv6 addresses a CNI ADD running at the same time
+// has just made. Without the hook Docker leaves the namespace alone.
+func dropLibnetworkHooks(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 || isNull(raw) {
+		return raw, nil
+	}
+	var hooks map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &hooks); err != nil {
+		return nil, fmt.Errorf("parsing hooks: %w", err)
+	}
+	for kind, rawList := range hooks {
+		var list []json.RawMessage
+		if err := json.Unmarshal(rawList, &list); err != nil {
+			return nil, fmt.Errorf("parsing hooks.%s: %w", kind, err)
+		}
+		kept := list[:0]
+		for _, h := range list {
+			var hook struct {
+				Args []string `json:"args"`
+			}
+			if err := json.Unmarshal(h, &hook); err != nil {
+				return nil, fmt.Errorf("parsing a hook of hooks.%s: %w", kind, err)
+			}
+			if len(hook.Args) > 0 && hook.Args[0] == libnetworkHook {
+				continue
+			}
+			kept = append(kept, h)
+		}
+		if len(kept) == 0 {
+			delete(hooks, kind)
+			continue
+		}
+		var err error
+		if hooks[kind], err = json.Marshal(kept); err != nil {
+			return nil, err
+		}
+	}
+	if len(hooks) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(hooks)
 }
 
 // StripFromProcess removes the marker from an OCI process (the file of

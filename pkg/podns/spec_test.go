@@ -138,6 +138,48 @@ func TestApplyToConfigVerifiesEveryPath(t *testing.T) {
 	}
 }
 
+// Docker's libnetwork hook leaves a container whose netns is pinned; other
+// hooks stay.
+func TestApplyToConfigDropsLibnetworkHook(t *testing.T) {
+	setkey := `{"path":"/proc/27153/exe","args":["libnetwork-setkey","-exec-root=/var/run/docker","d1c1","f5ec"]}`
+	other := `{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]}`
+	for _, tc := range []struct {
+		name, hooks, want string
+		marker            string
+	}{
+		{name: "only setkey", hooks: `{"prestart":[` + setkey + `]}`, marker: "net=/d/p.net", want: ``},
+		{name: "setkey and another", hooks: `{"prestart":[` + setkey + `,` + other + `],"poststop":[` + other + `]}`, marker: "net=/d/p.net",
+			want: `{"poststop":[` + other + `],"prestart":[` + other + `]}`},
+		{name: "createRuntime", hooks: `{"createRuntime":[` + setkey + `]}`, marker: "net=/d/p.net", want: ``},
+		{name: "no net pinned: kept", hooks: `{"prestart":[` + setkey + `]}`, marker: "ipc=/d/p.ipc", want: `{"prestart":[` + setkey + `]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := `{"process":{"env":["` + EnvKey + `=` + tc.marker + `"]},"hooks":` + tc.hooks + `}`
+			out, _, err := ApplyToConfig([]byte(in), acceptAll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg map[string]json.RawMessage
+			if err := json.Unmarshal(out, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			var got, want any
+			if tc.want != "" {
+				_ = json.Unmarshal(cfg["hooks"], &got)
+				_ = json.Unmarshal([]byte(tc.want), &want)
+			} else if _, ok := cfg["hooks"]; ok {
+				t.Fatalf("hooks = %s, want none", cfg["hooks"])
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("hooks = %s, want %s", cfg["hooks"], tc.want)
+			}
+		})
+	}
+	if _, _, err := ApplyToConfig([]byte(`{"process":{"env":["`+EnvKey+`=net=/d/p.net"]},"hooks":{"prestart":{}}}`), acceptAll); err == nil {
+		t.Error("hooks of the wrong shape: no error")
+	}
+}
+
 func TestStripFromProcess(t *testing.T) {
 	in := `{"args":["sh"],"env":["A=1","` + EnvKey + `=net=/d/p.net","B=2"],"cwd":"/"}`
 	out, changed, err := StripFromProcess([]byte(in))
