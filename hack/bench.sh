@@ -45,6 +45,7 @@ fi
   --netshim "$OUT/netshim" \
   --cni-bin-dir "$CNI_BIN_DIR" \
   --cni-sleep "$OUT/cni-sleep" \
+  --netshim-oci "$OUT/netshim-oci" \
   --netshim-log "$OUT/bench-netshim.log" \
   --out "$OUT/bench.md" \
   "$@"

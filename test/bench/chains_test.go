@@ -316,3 +316,33 @@ func TestParseModeInfo(t *testing.T) {
 		})
 	}
 }
+
+func TestWrapperNote(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	built := write("built", "binary v2")
+	same := write("same", "binary v2")
+	other := write("other", "binary v1")
+	for _, tc := range []struct {
+		name, engine, built, want string // want: substring, "" for no note
+	}{
+		{"same contents elsewhere", same, built, ""},
+		{"another build", other, built, "differs from " + built},
+		{"engine path unreadable", filepath.Join(dir, "gone"), built, "could not compare"},
+		{"nothing built", other, filepath.Join(dir, "not-built"), ""},
+		{"no build given", other, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := wrapperNote(tc.engine, tc.built)
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("wrapperNote = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

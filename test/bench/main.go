@@ -53,6 +53,7 @@ type options struct {
 	callTimeout   time.Duration
 	cleanupBudget time.Duration
 	cniSleep      string
+	netshimOCI    string
 	slowSleep     time.Duration
 	requirePinned bool
 }
@@ -76,6 +77,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "deadline of one CRI call")
 	flag.DurationVar(&o.cleanupBudget, "cleanup-timeout", 5*time.Minute, "how long cleanup may take")
 	flag.StringVar(&o.cniSleep, "cni-sleep", "_output/cni-sleep", "the test CNI plugin appended to the chain for the slow-chain rounds (go build -o _output/cni-sleep ./test/tools/cni-sleep)")
+	flag.StringVar(&o.netshimOCI, "netshim-oci", "_output/netshim-oci", "netshim-oci built with the netshim under test; the bench notes it when the engine's runtime netshim-oci is another binary")
 	flag.DurationVar(&o.slowSleep, "slow-chain-sleep", 150*time.Millisecond, "how long cni-sleep's ADD sleeps in the slow-chain rounds; 0 leaves those rounds out")
 	flag.BoolVar(&o.requirePinned, "require-pinned", false, "fail, instead of leaving the pinned-mode rows out, when the pinned sandbox netns mode cannot be measured (the engine has no runtime netshim-oci)")
 	flag.Parse()
@@ -101,8 +103,9 @@ type bench struct {
 	// pinned is the netshim in the pinned mode, for the sequential
 	// rounds only; nil when that mode is not measured, and pinnedSkip
 	// then says why.
-	pinned     *instance
-	pinnedSkip string
+	pinned      *instance
+	pinnedSkip  string
+	wrapperPath string // the engine's runtime netshim-oci
 	// broken, when set, stops the run: what the later scenarios would
 	// measure is not what they say (e.g. the bridge chain could not be
 	// restored after the slow one).
@@ -309,6 +312,13 @@ func (b *bench) setUp(ctx context.Context) error {
 		return fmt.Errorf("docker info: %w", err)
 	}
 	b.pinnedSkip = pinnedUnavailable(slices.Collect(maps.Keys(info.Runtimes)))
+	if b.pinnedSkip == "" {
+		b.wrapperPath = info.Runtimes[ociRuntime].Path
+		if note := wrapperNote(b.wrapperPath, o.netshimOCI); note != "" {
+			fmt.Fprintf(os.Stderr, "netshim-bench: %s\n", note)
+			b.report.note("%s.", strings.TrimSuffix(note, "."))
+		}
+	}
 	if b.pinnedSkip != "" {
 		if o.requirePinned {
 			return fmt.Errorf("--require-pinned: %s", b.pinnedSkip)

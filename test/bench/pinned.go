@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,6 +36,53 @@ func pinnedUnavailable(engineRuntimes []string) string {
 	return ""
 }
 
+// wrapperNote says, when it matters, that the engine's netshim-oci is
+// not the one built with the netshim under test: the engine runs whatever
+// path was registered when it started (e.g. another checkout's _output),
+// and the pinned-mode figures are that binary's. "" when they are the same
+// file contents, or when there is nothing to compare with.
+func wrapperNote(enginePath, built string) string {
+	if built == "" {
+		return ""
+	}
+	if _, err := os.Stat(built); err != nil {
+		return "" // no build to compare with (e.g. netshim-bench run by hand)
+	}
+	same, err := sameContents(enginePath, built)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("could not compare the engine's runtime %s (%s) with %s: %v", ociRuntime, enginePath, built, err)
+	case !same:
+		return fmt.Sprintf("the engine's runtime %s is %s, which differs from %s built with this netshim: the pinned-mode figures are that binary's (hack/dockerd.sh stop, then run again, to have the engine use this build)", ociRuntime, enginePath, built)
+	}
+	return ""
+}
+
+func sameContents(a, b string) (bool, error) {
+	ha, err := fileSum(a)
+	if err != nil {
+		return false, err
+	}
+	hb, err := fileSum(b)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(ha, hb), nil
+}
+
+func fileSum(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return h.Sum(nil), nil
+}
+
 // pinnedLogPath is where the pinned-mode netshim logs: beside the default
 // one's --netshim-log (bench-netshim.log -> bench-netshim-pinned.log), or
 // in the run's temporary directory.
@@ -50,8 +100,8 @@ func (b *bench) modesLine() string {
 	case b.pinnedSkip != "":
 		s = "sandbox netns: the default mode only; the pinned mode was not measured (see the notes)"
 	default:
-		s = fmt.Sprintf("sandbox netns: `--sandbox-netns=%s` for every scenario; `--sandbox-netns=%s` (pause under the engine runtime %s) in the sequential rounds, a second netshim with its own proxy",
-			b.mode, modePinned, ociRuntime)
+		s = fmt.Sprintf("sandbox netns: `--sandbox-netns=%s` for every scenario; `--sandbox-netns=%s` (pause under the engine runtime %s, %s) in the sequential rounds, a second netshim with its own proxy",
+			b.mode, modePinned, ociRuntime, b.wrapperPath)
 	}
 	if b.slowList != nil {
 		s += fmt.Sprintf("; slow chain: the same conflist with %s appended (ADD sleeps %s)", filepath.Base(b.opts.cniSleep), b.opts.slowSleep)
