@@ -333,7 +333,7 @@ func TestWrapperNote(t *testing.T) {
 		name, engine, built, want string // want: substring, "" for no note
 	}{
 		{"same contents elsewhere", same, built, ""},
-		{"another build", other, built, "differs from " + built},
+		{"another build", other, built, "is " + other + " (written "},
 		{"engine path unreadable", filepath.Join(dir, "gone"), built, "could not compare"},
 		{"nothing built", other, filepath.Join(dir, "not-built"), ""},
 		{"no build given", other, "", ""},
@@ -344,5 +344,22 @@ func TestWrapperNote(t *testing.T) {
 				t.Errorf("wrapperNote = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestBuildDesc(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "netshim-oci")
+	if err := os.WriteFile(path, []byte("not a Go binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	when := time.Date(2026, 11, 25, 1, 33, 19, 0, time.UTC)
+	if err := os.Chtimes(path, when, when); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := buildDesc(path), "written 2026-11-25 01:33:19 UTC"; got != want {
+		t.Errorf("buildDesc = %q, want %q", got, want)
+	}
+	if got := buildDesc(path + ".gone"); got != "missing" {
+		t.Errorf("buildDesc(missing) = %q", got)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
@@ -37,10 +38,11 @@ func pinnedUnavailable(engineRuntimes []string) string {
 }
 
 // wrapperNote says, when it matters, that the engine's netshim-oci is
-// not the one built with the netshim under test: the engine runs whatever
-// path was registered when it started (e.g. another checkout's _output),
-// and the pinned-mode figures are that binary's. "" when they are the same
-// file contents, or when there is nothing to compare with.
+// not the one built with the netshim under test: the engine runs the path
+// registered when it started (e.g. another checkout's _output), and the
+// pinned-mode figures are that binary's. Each is named with the revision
+// it was built from. "" when the engine runs this build (the same path,
+// or a copy), or when there is no build to compare with.
 func wrapperNote(enginePath, built string) string {
 	if built == "" {
 		return ""
@@ -48,14 +50,47 @@ func wrapperNote(enginePath, built string) string {
 	if _, err := os.Stat(built); err != nil {
 		return "" // no build to compare with (e.g. netshim-bench run by hand)
 	}
-	same, err := sameContents(enginePath, built)
-	switch {
-	case err != nil:
+	if same, err := sameContents(enginePath, built); err != nil {
 		return fmt.Sprintf("could not compare the engine's runtime %s (%s) with %s: %v", ociRuntime, enginePath, built, err)
-	case !same:
-		return fmt.Sprintf("the engine's runtime %s is %s, which differs from %s built with this netshim: the pinned-mode figures are that binary's (hack/dockerd.sh stop, then run again, to have the engine use this build)", ociRuntime, enginePath, built)
+	} else if same {
+		return ""
 	}
-	return ""
+	return fmt.Sprintf("the engine's runtime %s is %s (%s), not %s built with this netshim (%s): the pinned-mode figures are the engine's binary's (hack/dockerd.sh stop, then run again, to have the engine use this build)",
+		ociRuntime, enginePath, buildDesc(enginePath), built, buildDesc(built))
+}
+
+// buildDesc says what a binary is: the revision it was built from, from
+// the VCS stamp go build embeds (none with -buildvcs=false), and when the
+// file was written.
+func buildDesc(path string) string {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "missing"
+	}
+	desc := "written " + st.ModTime().UTC().Format("2006-01-02 15:04:05 MST")
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return desc
+	}
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev == "" {
+		return desc
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if modified == "true" {
+		rev += " (modified)"
+	}
+	return "revision " + rev + ", " + desc
 }
 
 func sameContents(a, b string) (bool, error) {
