@@ -361,3 +361,25 @@ func TestPinnedNetnsOfDamagedCheckpoint(t *testing.T) {
 		t.Errorf("after Stop: %v", got)
 	}
 }
+
+// netshim killed between the infra container's create and its checkpoint:
+// the container names the pinned netns in its label, so the start-up sweep
+// leaves the file, and RemovePodSandbox of that sandbox removes it.
+func TestPinnedNetnsOfSandboxWithoutCheckpoint(t *testing.T) {
+	requireRoot(t)
+	e, dir := newPinnedEnv(t, SandboxNetNSPinned, true)
+	id := e.run(t, podConfig("web"))
+	if err := os.Remove(filepath.Join(e.ckpt.Dir(), id+".json")); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := e.restartWith(t, func(c *Config) { c.SandboxNetNS, c.NetNSDir = SandboxNetNSPinned, dir })
+	if got := listDir(t, dir); len(got) != 1 {
+		t.Fatalf("after start-up: %v, want the sandbox's file kept (its container names it)", got)
+	}
+	if _, err := ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if got := listDir(t, dir); len(got) != 0 {
+		t.Errorf("after Remove: %v, want none", got)
+	}
+}

@@ -37,7 +37,7 @@ func (ds *DockerService) RemovePodSandbox(ctx context.Context, r *runtimeapi.Rem
 			return nil, fmt.Errorf("removing infra container of pod sandbox %s: %w", ref.id, err)
 		}
 	}
-	if err := ds.releasePinnedNetNS(ref.cp); err != nil {
+	if err := ds.releasePinnedNetNS(ref.checkpointOrLabels()); err != nil {
 		return nil, err
 	}
 	if err := ds.removeCheckpoint(ref.id); err != nil {
