@@ -43,11 +43,13 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-faults e2e-kubelet e2e-takeover e2e-cluster test run clean bench bench-kubelet dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
+.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-docker-netns e2e-faults e2e-kubelet e2e-takeover e2e-cluster test run clean bench bench-kubelet dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
 
-## build: compile the daemon into _output/netshim
+## build: compile the daemon into _output/netshim and its OCI runtime wrapper into _output/netshim-oci
+# (registered in the engine as runtime netshim-oci for --sandbox-netns=pinned; README "Pinned netns")
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(OUT)/netshim ./cmd/netshim
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(OUT)/netshim-oci ./cmd/netshim-oci
 
 ## build-release: the binary make install and make deb ship, in _output/release, with its man page
 # (made from its own --help). Linked against glibc like make build's (cgo: the system's resolver), so
@@ -61,10 +63,15 @@ RELEASE_LDFLAGS = -s -w -linkmode=external -extldflags '-Wl,-z,relro,-z,now' $(L
 build-release:
 	CGO_ENABLED=1 CGO_CPPFLAGS='-D_FORTIFY_SOURCE=2' CGO_CFLAGS='-O2 -fstack-protector-strong' \
 		$(GO) build -trimpath -buildmode=pie -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_DIR)/netshim ./cmd/netshim
+	CGO_ENABLED=1 CGO_CPPFLAGS='-D_FORTIFY_SOURCE=2' CGO_CFLAGS='-O2 -fstack-protector-strong' \
+		$(GO) build -trimpath -buildmode=pie -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_DIR)/netshim-oci ./cmd/netshim-oci
 	@hack/manpage.sh $(RELEASE_DIR)/netshim '$(VERSION)' \
 		"$$(TZ=UTC0 git show -s --format=%cd --date=format-local:%Y-%m-%d HEAD 2>/dev/null || date -u +%Y-%m-%d)" \
 		>$(RELEASE_DIR)/netshim.8.tmp
 	@mv $(RELEASE_DIR)/netshim.8.tmp $(RELEASE_DIR)/netshim.8
+	@sed -e 's|@VERSION@|$(VERSION)|' \
+		-e "s|@DATE@|$$(TZ=UTC0 git show -s --format=%cd --date=format-local:%Y-%m-%d HEAD 2>/dev/null || date -u +%Y-%m-%d)|" \
+		deploy/man/netshim-oci.8.in >$(RELEASE_DIR)/netshim-oci.8
 
 ## install: install build-release's binary and man page, the systemd units and /etc/default/netshim
 # under DESTDIR (empty: this machine, root), without a package. PREFIX=/usr puts the binary in /usr/bin
@@ -82,12 +89,15 @@ UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/syste
 install: build-release
 	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(MANDIR)/man8
 	install -m 0755 $(RELEASE_DIR)/netshim $(DESTDIR)$(BINDIR)/netshim
+	install -m 0755 $(RELEASE_DIR)/netshim-oci $(DESTDIR)$(BINDIR)/netshim-oci
 	for unit in netshim.service netshim.socket; do \
 		sed 's|/usr/bin/netshim|$(BINDIR)/netshim|g' deploy/systemd/$$unit >$(RELEASE_DIR)/$$unit; \
 		install -m 0644 $(RELEASE_DIR)/$$unit $(DESTDIR)$(UNITDIR)/$$unit; \
 	done
-	gzip -9n <$(RELEASE_DIR)/netshim.8 >$(RELEASE_DIR)/netshim.8.gz
-	install -m 0644 $(RELEASE_DIR)/netshim.8.gz $(DESTDIR)$(MANDIR)/man8/netshim.8.gz
+	for page in netshim netshim-oci; do \
+		gzip -9n <$(RELEASE_DIR)/$$page.8 >$(RELEASE_DIR)/$$page.8.gz; \
+		install -m 0644 $(RELEASE_DIR)/$$page.8.gz $(DESTDIR)$(MANDIR)/man8/$$page.8.gz; \
+	done
 	@conf=$(DESTDIR)$(SYSCONFDIR)/default/netshim; \
 	if [[ -e $$conf ]] && ! cmp -s deploy/default/netshim "$$conf"; then \
 		echo "install: kept $$conf: it differs from deploy/default/netshim (an operator's edits)"; \
@@ -317,13 +327,21 @@ node-e2e-images: dockerd-start
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit test-deb fuzz e2e e2e-faults conformance test-docker29 e2e-kubelet e2e-takeover e2e-cluster node-conformance-quick; do \
+	for t in lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults conformance test-docker29 e2e-kubelet e2e-takeover e2e-cluster node-conformance-quick; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \
 	done; \
 	echo "make test: $${summary[*]}"; \
 	exit $$failed
+
+## e2e-docker-netns: make e2e with NETSHIM_SANDBOX_NETNS=docker: netshim in today's sandbox netns
+# mode (the pause container's own), while every other suite of make test runs netshim's default
+# --sandbox-netns=auto, which is the pinned mode on the engines hack/dockerd.sh and hack/docker29.sh
+# start (they register netshim-oci). NETSHIM_SANDBOX_NETNS=docker|pinned|auto on make's command
+# line (e.g. make test NETSHIM_SANDBOX_NETNS=docker) sets the mode of every suite's netshim.
+e2e-docker-netns:
+	@$(MAKE) --no-print-directory e2e NETSHIM_SANDBOX_NETNS=docker
 
 ## test-docker29: e2e and conformance on the private Docker 29 engine (root; part of `make test`)
 test-docker29:

@@ -2,10 +2,15 @@
 # hack/bench.sh [netshim-bench flags...]
 #
 # `make bench`: measures netshim against the Docker+CNI floor (test/bench) and
-# prints the table, also written to _output/bench.md (netshim's log of the run:
-# _output/bench-netshim.log). Installs missing Debian packages, builds netshim
-# and the bench, starts dockerd if none answers (and stops it at the end, also
-# on failure, if this script started it) and builds the local pause image.
+# prints the table, also written to _output/bench.md (netshim's logs of the run:
+# _output/bench-netshim.log, and _output/bench-netshim-pinned.log for the
+# pinned sandbox netns mode). Installs missing Debian packages, builds netshim,
+# netshim-oci (the OCI runtime wrapper of the pinned mode, which hack/dockerd.sh
+# registers on the dockerd it starts), the test CNI plugin cni-sleep (the slow
+# chain) and the bench, starts dockerd if none answers (and stops it at the end,
+# also on failure, if this script started it) and builds the local pause image.
+# A dockerd that runs without the runtime netshim-oci makes the bench leave the
+# pinned-mode rows out (--require-pinned makes that an error).
 # Extra arguments go to the bench, e.g. `hack/bench.sh --pods 50 --seq 10`.
 # Needs root. Leaves nothing behind: the bench removes its pods, containers,
 # bridge (nsbench0) and temporary directory itself.
@@ -26,6 +31,8 @@ cd "$ROOT"
 mkdir -p "$OUT"
 version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 "$GO" build -ldflags "-X github.com/netshim/netshim/pkg/version.Version=$version" -o "$OUT/netshim" ./cmd/netshim
+"$GO" build -o "$OUT/netshim-oci" ./cmd/netshim-oci
+"$GO" build -o "$OUT/cni-sleep" ./test/tools/cni-sleep
 "$GO" build -o "$OUT/netshim-bench" ./test/bench
 
 if ! "$ROOT/hack/dockerd.sh" status >/dev/null 2>&1; then
@@ -37,6 +44,8 @@ fi
 "$OUT/netshim-bench" \
   --netshim "$OUT/netshim" \
   --cni-bin-dir "$CNI_BIN_DIR" \
+  --cni-sleep "$OUT/cni-sleep" \
+  --netshim-oci "$OUT/netshim-oci" \
   --netshim-log "$OUT/bench-netshim.log" \
   --out "$OUT/bench.md" \
   "$@"

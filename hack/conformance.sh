@@ -120,6 +120,9 @@ else
   log "building netshim, critest and the test"
   "$GO" build -ldflags "-X github.com/netshim/netshim/pkg/version.Version=$version" -o "$NETSHIM_BIN" ./cmd/netshim
 fi
+# The OCI wrapper the engines hack/dockerd.sh and hack/docker29.sh start register as
+# runtime netshim-oci (netshim's pinned sandbox netns).
+"$GO" build -o "$OUT/netshim-oci" ./cmd/netshim-oci
 "$ROOT/hack/build-crictl.sh" all
 "$GO" test -c -tags critest -o "$OUT/conformance.test" ./test/critest
 

@@ -61,8 +61,8 @@ trap 'rm -rf "$shlibs_tree"' EXIT
 mkdir "$shlibs_tree/debian"
 printf 'Source: netshim\n\nPackage: netshim\nArchitecture: any\n' >"$shlibs_tree/debian/control"
 ln -s "$(cd "$staging" && pwd)" "$shlibs_tree/debian/netshim"
-shlibs=$(cd "$shlibs_tree" && dpkg-shlibdeps -O -edebian/netshim/usr/bin/netshim) ||
-  die "dpkg-shlibdeps failed for usr/bin/netshim"
+shlibs=$(cd "$shlibs_tree" && dpkg-shlibdeps -O -edebian/netshim/usr/bin/netshim -edebian/netshim/usr/bin/netshim-oci) ||
+  die "dpkg-shlibdeps failed for usr/bin/netshim and usr/bin/netshim-oci"
 shlibs=${shlibs#shlibs:Depends=}
 [[ -n "$shlibs" ]] || die "dpkg-shlibdeps found no library usr/bin/netshim needs (a static build?)"
 
@@ -88,7 +88,9 @@ Description: Kubernetes CRI runtime that runs pods on a Docker engine
  that holds its network namespace; pod networking comes from CNI plugins, a
  built-in bridge network (kubenet) or loopback only.
  .
- The package installs the daemon and its systemd service and socket units,
+ The package installs the daemon, netshim-oci (the OCI runtime wrapper the
+ pinned sandbox netns mode needs, to register in Docker's daemon.json), and
+ the systemd service and socket units,
  enabled but not started: configure /etc/default/netshim, the CNI network and
  kubelet, then start them. Stopping, upgrading or removing the package leaves
  running pods alone: their containers belong to Docker.

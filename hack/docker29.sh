@@ -24,7 +24,9 @@
 #           cgroups    parent netshim-docker29; no bridge, no iptables/ip6tables rules
 #           runtime    runc $RUNC_VERSION (first on the daemons' PATH, so Docker's default
 #                      runtime "runc" is it), also registered as runtime netshim-alt (the
-#                      e2e tests' and critest's RuntimeClass handler; test/harness AltRuntime)
+#                      e2e tests' and critest's RuntimeClass handler; test/harness AltRuntime);
+#                      netshim's OCI wrapper _output/netshim-oci as runtime netshim-oci (pinned
+#                      sandbox netns: it execs that runc, found on PATH)
 #         Logs: _output/docker29/containerd.log, _output/docker29/dockerd.log.
 # stop:   stops the dockerd and containerd this script started (their PID files are
 #         in $D29_RUN); dockerd first, so that it stops its containers.
@@ -294,7 +296,8 @@ start() {
       --containerd "$CTR_SOCK" \
       --bridge=none --iptables=false --ip6tables=false --ip-masq=false --userland-proxy=false \
       --cgroup-parent "$CGROUP_PARENT" \
-      --add-runtime "netshim-alt=$BIN/runc"
+      --add-runtime "netshim-alt=$BIN/runc" \
+      --add-runtime "netshim-oci=$OUT/netshim-oci"
     dpid=$!
     echo "$dpid" >"$D29_RUN/dockerd.pid"
   fi

@@ -9,8 +9,11 @@
 #
 # A dockerd this script starts has runc registered a second time, as runtime
 # netshim-alt (the e2e tests' and critest's RuntimeClass handler; test/harness
-# AltRuntime). An engine that already answers is used as it is: register it there
-# yourself (daemon.json "runtimes", then SIGHUP) to run pods with that handler.
+# AltRuntime), and netshim's OCI runtime wrapper _output/netshim-oci (make build)
+# as runtime netshim-oci, so that netshim's default --sandbox-netns=auto runs pods
+# in the pinned mode on it (the wrapper execs the runc on the daemons' PATH). An
+# engine that already answers is used as it is: register them there yourself
+# (daemon.json "runtimes", then SIGHUP) to run pods with that handler or pinned.
 #
 # RUNC=1.4.3: manages instead a test dockerd of its own (the system's Docker 20.10
 #        binary) with runc 1.4.3 (_output/docker29/bin/runc, built by hack/docker29.sh
@@ -34,12 +37,16 @@ DOCKER_PIDFILE=/var/run/docker.pid
 CONTAINERD_PIDFILE=/var/run/docker/containerd/containerd.pid
 # ALT_RUNTIME: the second name runc is registered under (see above).
 ALT_RUNTIME=netshim-alt
+# OCI_WRAPPER: netshim's OCI runtime wrapper (cmd/netshim-oci), registered as
+# runtime netshim-oci. dockerd looks at the path only when a container uses it.
+OCI_WRAPPER="$OUT/netshim-oci"
 DOCKERD_ARGS=()
 case "${RUNC:-}" in
   "")
     if runc_path=$(command -v runc); then
       DOCKERD_ARGS=(--add-runtime "$ALT_RUNTIME=$runc_path")
     fi
+    DOCKERD_ARGS+=(--add-runtime "netshim-oci=$OCI_WRAPPER")
     ;;
   1.4.3)
     PRIV_RUN=/run/netshim-docker20-runc143
@@ -130,8 +137,11 @@ start() {
     if [[ -n "${RUNC:-}" ]]; then
       "$ROOT/hack/docker29.sh" build-runc
       mkdir -p "$PRIV_RUN" "$PRIV_LIB"
-      # Its own (empty) config: not the system engine's /etc/docker/daemon.json.
-      echo '{}' >"$PRIV_RUN/daemon.json"
+      # Its own config, not the system engine's /etc/docker/daemon.json: netshim's
+      # OCI wrapper as runtime netshim-oci, exec'ing this engine's runc 1.4.3
+      # (runtimeArgs; --add-runtime takes none).
+      printf '{"runtimes": {"netshim-oci": {"path": "%s", "runtimeArgs": ["--netshim-runc=%s"]}}}\n' \
+        "$OCI_WRAPPER" "$OUT/docker29/bin/runc" >"$PRIV_RUN/daemon.json"
     fi
     # A dockerd that died (or is a zombie) leaves its docker.pid behind, and dockerd
     # refuses to start while the PID in it still has a /proc entry.

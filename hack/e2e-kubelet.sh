@@ -87,6 +87,8 @@ if [[ -z "${NETSHIM_BIN:-}" ]]; then
   version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
   "$GO" build -ldflags "-X github.com/netshim/netshim/pkg/version.Version=$version" -o "$OUT/netshim" ./cmd/netshim
 fi
+# The OCI wrapper hack/dockerd.sh's engine has as runtime netshim-oci (pinned netns).
+"$GO" build -o "$OUT/netshim-oci" ./cmd/netshim-oci
 "$ROOT/hack/build-crictl.sh" crictl
 KUBELET="$OUT/kubelet-$KUBELET_MINOR"
 "$ROOT/hack/build-kubelet.sh" build "$KUBELET_MINOR"

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/cni"
+	"github.com/netshim/netshim/pkg/dockerservice"
 	"github.com/netshim/netshim/pkg/kubenet"
 	"github.com/netshim/netshim/pkg/layerusage"
 	"github.com/netshim/netshim/pkg/metrics"
@@ -46,6 +47,8 @@ type options struct {
 	metricsBindAddress  string
 	adoptCRIDockerd     bool
 	criDockerdRootDir   string
+	sandboxNetNS        string
+	netnsDir            string
 }
 
 func defaultOptions() *options {
@@ -69,6 +72,8 @@ func defaultOptions() *options {
 		streamingAddress:    streaming.DefaultAddr,
 		layerInterval:       layerusage.DefaultInterval,
 		criDockerdRootDir:   "/var/lib/cri-dockerd",
+		sandboxNetNS:        dockerservice.SandboxNetNSAuto,
+		netnsDir:            "/run/netshim/netns",
 	}
 }
 
@@ -100,6 +105,9 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.layerInterval, "writable-layer-measure-interval", o.layerInterval, "How often the disk usage of a container's writable layer (ContainerStats' writable_layer, kubelet's container rootfs) is measured, in the background. A layer too big to walk in one short slice is measured less often each time, down to once per 30 minutes or this interval if longer.")
 	fs.BoolVar(&o.adoptCRIDockerd, "adopt-cri-dockerd", o.adoptCRIDockerd, "Take over the pods cri-dockerd runs on the same Docker engine: its sandboxes and containers are listed with their ids, metadata and states, their host ports come from its checkpoints in --cri-dockerd-root-dir, their IPs from libcni's cache (use cri-dockerd's --cni-cache-dir), and their logs continue in CRI format. Keep it on while such pods remain (docs/migrate-from-cri-dockerd.md).")
 	fs.StringVar(&o.criDockerdRootDir, "cri-dockerd-root-dir", o.criDockerdRootDir, "cri-dockerd's --cri-dockerd-root-directory, whose sandbox/ checkpoints --adopt-cri-dockerd reads.")
+
+	fs.StringVar(&o.sandboxNetNS, "sandbox-netns", o.sandboxNetNS, "Where a pod's network namespace comes from. \"docker\": the pause container's own, set up by CNI after the container started (works on any engine). \"pinned\": netshim makes it under --netns-dir and runs the CNI ADD while Docker starts the pause container in it, through netshim's OCI runtime wrapper netshim-oci, which the engine must have as runtime \"netshim-oci\" (daemon.json \"runtimes\"); teardown always finds the netns, also after the container is gone. \"auto\": pinned when the engine has that runtime (checked every 30s), else docker. Pods with a RuntimeClass handler always use docker. The mode in effect is logged at start-up and shown by `crictl info` (sandboxNetns).")
+	fs.StringVar(&o.netnsDir, "netns-dir", o.netnsDir, "Directory of the pinned pod network namespaces (bind mounts; --sandbox-netns). Files in it that no sandbox names are removed at start-up.")
 
 	// klog's flags (-v, --vmodule, --logtostderr...) as kubelet has them.
 	gofs := flag.NewFlagSet("klog", flag.ExitOnError)
@@ -149,6 +157,12 @@ func (o *options) validate() error {
 	}
 	if o.adoptCRIDockerd && (!filepath.IsAbs(o.criDockerdRootDir) || filepath.Clean(o.criDockerdRootDir) == filepath.Clean(o.rootDir)) {
 		return fmt.Errorf("--cri-dockerd-root-dir %q: want cri-dockerd's absolute root directory, not netshim's --root-dir", o.criDockerdRootDir)
+	}
+	if err := dockerservice.ValidSandboxNetNSMode(o.sandboxNetNS); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(o.netnsDir) || filepath.Clean(o.netnsDir) == filepath.Clean(o.rootDir) {
+		return fmt.Errorf("--netns-dir %q: want an absolute directory of its own", o.netnsDir)
 	}
 	if o.podInfraImage == "" {
 		return fmt.Errorf("--pod-infra-container-image must not be empty")

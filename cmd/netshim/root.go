@@ -146,6 +146,8 @@ func run(ctx context.Context, opts *options) error {
 
 		AdoptCRIDockerd:   opts.adoptCRIDockerd,
 		CRIDockerdRootDir: opts.criDockerdRootDir,
+		SandboxNetNS:      opts.sandboxNetNS,
+		NetNSDir:          opts.netnsDir,
 	}, client, checkpoints, plugins)
 	if err != nil {
 		return err
@@ -162,6 +164,7 @@ func run(ctx context.Context, opts *options) error {
 	// and the index fills when it comes up.
 	sup.setStatus("Reading the state of Docker at " + opts.dockerEndpoint)
 	ds.Start(ctx)
+	logSandboxNetNSMode(ctx, ds)
 	if watchdog > 0 {
 		klog.InfoS("Pinging systemd's watchdog while the Docker state index loop runs", "interval", watchdog/2, "watchdog", watchdog)
 		go sup.watchdog(ctx, watchdog, ds.IndexHeartbeat)
@@ -287,4 +290,14 @@ func gcPeriod(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// logSandboxNetNSMode says at start-up where new pods' network namespaces
+// will come from (--sandbox-netns), waiting a little for the engine's
+// runtimes, which decide the auto mode.
+func logSandboxNetNSMode(ctx context.Context, ds *dockerservice.DockerService) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	mode, reason := ds.SandboxNetNSMode(ctx)
+	klog.InfoS("Sandbox network namespaces", "mode", mode, "reason", reason)
 }

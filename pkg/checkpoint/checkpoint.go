@@ -74,6 +74,12 @@ type PodSandbox struct {
 	// only (a lost mark costs one idempotent DEL), so on disk it is
 	// normally false.
 	NetworkTornDown bool `json:"networkTornDown,omitempty"`
+	// NetNS is the sandbox's pinned network namespace (a bind mount under
+	// netshim's --netns-dir, --sandbox-netns=pinned), written before the
+	// infra container starts in it; empty for a sandbox in the infra
+	// container's own netns. Teardown DELs with it, also after the
+	// container is gone, and then removes it.
+	NetNS string `json:"netns,omitempty"`
 }
 
 // Values of PodSandbox.Setup.

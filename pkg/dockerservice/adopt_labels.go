@@ -2,6 +2,7 @@ package dockerservice
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -183,5 +184,8 @@ func criMountsFromDocker(mounts []container.MountPoint) []*runtimeapi.Mount {
 		}
 		out = append(out, cm)
 	}
+	// Docker lists a container's mounts in no fixed order (they come from
+	// a map); sorted, the answer stays the same from call to call.
+	slices.SortFunc(out, func(a, b *runtimeapi.Mount) int { return strings.Compare(a.ContainerPath, b.ContainerPath) })
 	return out
 }

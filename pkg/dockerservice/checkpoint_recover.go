@@ -63,6 +63,11 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 		cp.Name, cp.Namespace, cp.UID, cp.Attempt = md.GetName(), md.GetNamespace(), md.GetUid(), md.GetAttempt()
 		cp.HostNetwork = info.nsOptions.GetNetwork() == runtimeapi.NamespaceMode_NODE
 		cp.CreatedAt = rec.CreatedAt
+		// A pinned netns is named on the container too, so that its
+		// teardown still has it (sandbox_netns.go).
+		if path := rec.DockerLabels[labelNetNS]; path != "" && ds.pinner != nil && ds.pinner.Owns(path) {
+			cp.NetNS = path
+		}
 	}
 	switch {
 	case cp.HostNetwork:

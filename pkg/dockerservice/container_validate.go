@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/podns"
 )
 
 // This file checks a CreateContainer request before any Docker call, as
@@ -76,6 +78,11 @@ func validateProcess(what string, cfg *runtimeapi.ContainerConfig) error {
 		}
 		if strings.ContainsRune(string(kv.GetValue()), 0) {
 			return invalidArgf("%s: environment variable %s has a NUL in its value", what, shortQuote(kv.GetKey()))
+		}
+		if kv.GetKey() == podns.EnvKey {
+			// netshim's OCI wrapper reads it to choose a container's
+			// namespaces (sandbox_netns.go): no pod may set it.
+			return invalidArgf("%s: environment variable %s is reserved for netshim", what, podns.EnvKey)
 		}
 	}
 	for _, a := range append(append([]string{}, cfg.GetCommand()...), cfg.GetArgs()...) {

@@ -42,6 +42,9 @@ func TestValidateContainerSpec(t *testing.T) {
 		{"env value NUL", func(c *runtimeapi.ContainerConfig) {
 			c.Envs = append(c.Envs, &runtimeapi.KeyValue{Key: "A", Value: []byte("c\x00")})
 		}, "NUL"},
+		{"netshim's namespace marker", func(c *runtimeapi.ContainerConfig) {
+			c.Envs = append(c.Envs, &runtimeapi.KeyValue{Key: "NETSHIM_OCI_NAMESPACES", Value: []byte("net=/run/netns/other")})
+		}, "reserved for netshim"},
 		{"arg NUL", func(c *runtimeapi.ContainerConfig) { c.Args = []string{"a\x00b"} }, "command argument"},
 		{"relative workdir", func(c *runtimeapi.ContainerConfig) { c.WorkingDir = "work" }, "working directory"},
 		{"relative host path", mount("data", "/data"), "must be absolute"},

@@ -17,12 +17,17 @@ type networkHost struct{ ds *DockerService }
 
 var _ network.Host = (*networkHost)(nil)
 
-// GetNetNS returns the sandbox's netns path, or "" once the index knows
-// the infra container is no longer running. The path is /proc/<pid>/ns/net
+// GetNetNS returns the sandbox's netns path: its pinned netns while that
+// exists (sandbox_netns.go), else "" once the index knows the infra
+// container is no longer running. The path is then /proc/<pid>/ns/net
 // of the infra container's process, with the pid from the state index (no
 // Docker call). It fails, FailedPrecondition, when that process has exited
 // before the index heard of it: see sandboxNetNS.
 func (h *networkHost) GetNetNS(_ context.Context, sandboxID string) (string, error) {
+	// A pinned netns is the pod's for its whole life, container or not.
+	if path, ok := h.ds.pinnedNetNS(h.ds.getCheckpoint(sandboxID)); ok {
+		return path, nil
+	}
 	r, ok := h.ds.store.Get(sandboxID)
 	if !ok || !r.Running() || r.Pid <= 0 {
 		return "", nil

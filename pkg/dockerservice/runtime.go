@@ -45,7 +45,7 @@ func (ds *DockerService) Version(ctx context.Context, _ *runtimeapi.VersionReque
 // the plugin's own status, and the runtime handlers from the cached docker
 // info (runtime_handlers.go). kubelet polls it every few seconds; it costs
 // no Docker call but the info's refresh every runtimesMaxAge.
-func (ds *DockerService) Status(ctx context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	runtimeReady := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
 	if ready, reason := ds.index.Health(); !ready {
 		runtimeReady.Status = false
@@ -68,7 +68,13 @@ func (ds *DockerService) Status(ctx context.Context, _ *runtimeapi.StatusRequest
 		networkReady.Reason = "NetworkPluginWarning"
 		networkReady.Message = "WARNING: " + strings.Join(w, "; WARNING: ")
 	}
+	var info map[string]string
+	if r.GetVerbose() {
+		// `crictl info`: where new sandboxes' netns comes from, and why.
+		info = map[string]string{"sandboxNetns": ds.netnsModeInfo(ctx)}
+	}
 	return &runtimeapi.StatusResponse{
+		Info:   info,
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeReady, networkReady}},
 		// Docker merges the image's groups whatever the pod asks
 		// (validateGroupsPolicy), so SupplementalGroupsPolicy is not

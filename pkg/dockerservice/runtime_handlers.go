@@ -76,6 +76,9 @@ type engineRuntimes struct {
 	features map[string]ociFeatures
 	// apiVersion is the API version negotiated when this was read.
 	apiVersion string
+	// hasWrapper says the engine has netshim's OCI runtime wrapper,
+	// OCIWrapperRuntime (not in names: it is no handler).
+	hasWrapper bool
 }
 
 // ociFeatures is the part of the OCI runtime features document
@@ -91,6 +94,12 @@ func newEngineRuntimes(info system.Info, apiVersion string, at time.Time) *engin
 		r.kernelOK = major > rroMinKernelMajor || major == rroMinKernelMajor && minor >= rroMinKernelMinor
 	}
 	for name, rt := range info.Runtimes {
+		if name == OCIWrapperRuntime {
+			// netshim's own (sandbox_netns.go): kept apart, so that
+			// Status does not offer it as a RuntimeClass handler.
+			r.hasWrapper = true
+			continue
+		}
 		r.names = append(r.names, name)
 		if doc, ok := rt.Status[ociFeaturesKey]; ok {
 			var f ociFeatures
@@ -351,6 +360,11 @@ func (ds *DockerService) statusRuntimeHandlers(ctx context.Context) []*runtimeap
 func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string) error {
 	if handler == "" {
 		return nil
+	}
+	if handler == OCIWrapperRuntime {
+		// It runs whatever namespaces a container's environment names:
+		// only netshim may choose them (sandbox_netns.go).
+		return invalidArgf("runtime handler %s is netshim's internal OCI runtime wrapper for pinned sandbox namespaces, not a RuntimeClass handler; use \"\" (the default) or another runtime", shortQuote(handler))
 	}
 	if r := ds.runtimes.get(ctx, runtimesReadTimeout); r != nil && r.has(handler) {
 		return nil

@@ -37,6 +37,9 @@ func (ds *DockerService) RemovePodSandbox(ctx context.Context, r *runtimeapi.Rem
 			return nil, fmt.Errorf("removing infra container of pod sandbox %s: %w", ref.id, err)
 		}
 	}
+	if err := ds.releasePinnedNetNS(ref.checkpointOrLabels()); err != nil {
+		return nil, err
+	}
 	if err := ds.removeCheckpoint(ref.id); err != nil {
 		return nil, err
 	}

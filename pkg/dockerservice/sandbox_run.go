@@ -2,6 +2,7 @@ package dockerservice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/podns"
 )
 
 // sandboxOOMScoreAdj is what kubelet expects for infra containers: the
@@ -55,6 +57,33 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	if err != nil {
 		return nil, err
 	}
+	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
+	pinned, err := ds.usePinnedNetNS(ctx, hostNetwork, r.GetRuntimeHandler())
+	if err != nil {
+		return nil, err
+	}
+	var netns string
+	if pinned {
+		paths, done, err := ds.pinSandboxNetNS()
+		if err != nil {
+			return nil, err
+		}
+		netns = paths[podns.Net]
+		// Until the checkpoint names it, the netns is this call's to
+		// remove on every way out, and the start-up sweep's to leave.
+		defer func() {
+			done()
+			if netns != "" {
+				if err := ds.pinner.Remove(netns); err != nil {
+					klog.FromContext(ctx).Error(err, "Failed to remove the pinned netns of a sandbox that was not created", "netns", netns)
+				}
+			}
+		}()
+		hostConfig.Runtime = OCIWrapperRuntime
+		config.Env = append(config.Env, paths.Env())
+		config.Labels[labelNetNS] = netns
+		t.step("netns")
+	}
 	created, err := ds.createOwned(ctx, config, hostConfig, name, nil)
 	if errdefs.IsNotFound(err) {
 		// The image went away behind our back: pull it and try once more.
@@ -86,7 +115,6 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		return nil, fmt.Errorf("locking new sandbox %s: %w", id, err)
 	}
 	defer unlock()
-	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 	cp := &checkpoint.PodSandbox{
 		Version:      checkpoint.CurrentVersion,
 		SandboxID:    id,
@@ -102,6 +130,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		// reports the sandbox READY and releases what the ADD took. A
 		// host-network pod has nothing to set up.
 		Setup: checkpoint.SetupPending,
+		NetNS: netns,
 	}
 	if hostNetwork {
 		cp.Setup = checkpoint.SetupReady
@@ -112,18 +141,23 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		ds.undoRunPodSandbox(ctx, cp, false)
 		return nil, err
 	}
+	netns = "" // the checkpoint has it now: undo and teardown remove it
 	t.step("checkpoint")
+
+	if pinned {
+		if err := ds.startPinnedSandbox(ctx, cp, cfg); err != nil {
+			return nil, err
+		}
+		t.step("start+network")
+		t.done("podSandboxID", id)
+		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+	}
 
 	// The index's start inspects once: the pid gives the netns path, and
 	// the record makes the index current before we answer.
-	rec, err := ds.index.Start(ctx, id)
-	if err != nil {
+	if err := ds.startInfraContainer(ctx, cp); err != nil {
 		ds.undoRunPodSandbox(ctx, cp, false)
-		return nil, fmt.Errorf("starting infra container %s for pod %s: %w", id, klog.KRef(md.Namespace, md.Name), err)
-	}
-	if !rec.Running() {
-		ds.undoRunPodSandbox(ctx, cp, false)
-		return nil, fmt.Errorf("infra container %s of pod %s exited right after start (exit code %d): %s", id, klog.KRef(md.Namespace, md.Name), rec.ExitCode, rec.Error)
+		return nil, err
 	}
 	t.step("inspect")
 
@@ -138,8 +172,39 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 
-// setUpSandboxNetwork asks the plugin to attach the running infra container
-// (the plugin finds its netns through the index), and records the IPs of
+// startInfraContainer starts the sandbox's infra container through the
+// index, whose one inspect makes the record (and its pid) current.
+func (ds *DockerService) startInfraContainer(ctx context.Context, cp *checkpoint.PodSandbox) error {
+	rec, err := ds.index.Start(ctx, cp.SandboxID)
+	if err != nil {
+		return fmt.Errorf("starting infra container %s for pod %s: %w", cp.SandboxID, klog.KRef(cp.Namespace, cp.Name), err)
+	}
+	if !rec.Running() {
+		return fmt.Errorf("infra container %s of pod %s exited right after start (exit code %d): %s", cp.SandboxID, klog.KRef(cp.Namespace, cp.Name), rec.ExitCode, rec.Error)
+	}
+	return nil
+}
+
+// startPinnedSandbox starts the infra container in the sandbox's pinned
+// netns and, at the same time, sets the pod network up in it: the CNI ADD
+// does not wait for Docker, so RunPodSandbox takes about the longer of the
+// two instead of their sum. Either failing undoes both, once both ended.
+func (ds *DockerService) startPinnedSandbox(ctx context.Context, cp *checkpoint.PodSandbox, cfg *runtimeapi.PodSandboxConfig) error {
+	netErr := make(chan error, 1)
+	go func() { netErr <- ds.setUpSandboxNetwork(ctx, cp, cfg) }()
+	startErr := ds.startInfraContainer(ctx, cp)
+	err := <-netErr
+	if startErr != nil || err != nil {
+		// The ADD ran (or was attempted): tear it down either way.
+		ds.undoRunPodSandbox(ctx, cp, true)
+		return errors.Join(startErr, err)
+	}
+	return nil
+}
+
+// setUpSandboxNetwork asks the plugin to attach the sandbox (the plugin
+// finds its netns through networkHost: the pinned one, or the running
+// infra container's), and records the IPs of
 // the ADD result, both families, in the checkpoint: status then never has
 // to enter the netns, and the IPs survive a netshim restart. The CNI
 // plugin answers GetPodNetworkStatus from the result libcni cached for
@@ -212,6 +277,13 @@ func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.P
 		// with no network could pass for a ready pod.
 		keepCheckpoint = true
 		logger.Error(err, "Failed to remove infra container of a failed sandbox; keeping its checkpoint so that it is reported NOTREADY", log...)
+	}
+	if !keepCheckpoint {
+		if err := ds.releasePinnedNetNS(cp); err != nil {
+			// Keep the checkpoint, which names the file for Remove.
+			keepCheckpoint = true
+			logger.Error(err, "Failed to remove the pinned netns of a failed sandbox; keeping its checkpoint so that RemovePodSandbox retries", log...)
+		}
 	}
 	if !keepCheckpoint {
 		if err := ds.removeCheckpoint(cp.SandboxID); err != nil {

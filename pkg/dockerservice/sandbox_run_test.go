@@ -22,8 +22,18 @@ import (
 // first one's goroutines may still be blocked, but it is never used again.
 func (e *testEnv) restart(t *testing.T) (*DockerService, *fakePlugin) {
 	t.Helper()
+	return e.restartWith(t)
+}
+
+// restartWith is restart with a changed configuration.
+func (e *testEnv) restartWith(t *testing.T, mutate ...func(*Config)) (*DockerService, *fakePlugin) {
+	t.Helper()
 	plugin := &fakePlugin{}
-	ds, err := NewDockerService(Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake"}, e.docker, e.ckpt, []network.NetworkPlugin{plugin})
+	cfg := Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake"}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	ds, err := NewDockerService(cfg, e.docker, e.ckpt, []network.NetworkPlugin{plugin})
 	if err != nil {
 		t.Fatalf("restart: %v", err)
 	}

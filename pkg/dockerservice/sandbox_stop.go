@@ -92,7 +92,11 @@ func (r sandboxRef) checkpointOrLabels() *checkpoint.PodSandbox {
 		return r.cp
 	}
 	md := sandboxInfoOf(r.rec).metadata
-	return &checkpoint.PodSandbox{SandboxID: r.id, Name: md.Name, Namespace: md.Namespace, UID: md.Uid, Attempt: md.Attempt}
+	// A pinned netns is named on the container too (sandbox_netns.go):
+	// a sandbox whose checkpoint was never written (netshim killed
+	// between the create and the write) still has its file removed.
+	return &checkpoint.PodSandbox{SandboxID: r.id, Name: md.Name, Namespace: md.Namespace, UID: md.Uid, Attempt: md.Attempt,
+		NetNS: r.rec.DockerLabels[labelNetNS]}
 }
 
 // StopPodSandbox stops the pod's containers, tears the pod network down and
@@ -149,6 +153,12 @@ func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandbox
 	cp := ref.checkpointOrLabels()
 	if err := ds.network.TearDownPod(ctx, podRef(cp)); err != nil {
 		return err
+	}
+	// The DEL had the pinned netns; nothing needs it any more. A failure
+	// is only logged: the network is down, and Remove tries again
+	// before the checkpoint that names the file goes.
+	if err := ds.releasePinnedNetNS(cp); err != nil {
+		klog.FromContext(ctx).Error(err, "Failed to remove a torn-down sandbox's pinned netns; RemovePodSandbox retries", "podSandboxID", ref.id)
 	}
 	if ref.cp == nil {
 		return nil

@@ -26,6 +26,7 @@ import (
 	"github.com/netshim/netshim/pkg/layerusage"
 	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/podns"
 )
 
 // Config holds the settings of a DockerService.
@@ -55,6 +56,11 @@ type Config struct {
 	// CRIDockerdRootDir (adopt.go).
 	AdoptCRIDockerd   bool
 	CRIDockerdRootDir string
+	// SandboxNetNS is where sandboxes' network namespaces come from:
+	// SandboxNetNSAuto, SandboxNetNSPinned or SandboxNetNSDocker (""
+	// is docker); NetNSDir is where pinned ones live (sandbox_netns.go).
+	SandboxNetNS string
+	NetNSDir     string
 }
 
 // DockerService implements the CRI on Docker.
@@ -86,6 +92,13 @@ type DockerService struct {
 	layers *layerUsage
 	// events publishes container events (container_events.go).
 	events *containerEvents
+	// pinner makes the pinned network namespaces; nil without a
+	// --netns-dir (sandbox_netns.go). pinning holds the files a
+	// RunPodSandbox is making, which the start-up sweep must leave;
+	// pinMu orders the two.
+	pinner  *podns.Pinner
+	pinMu   sync.Mutex
+	pinning map[string]bool
 
 	// lifecycle serialises RunPodSandbox (from the moment its container
 	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
@@ -149,6 +162,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		checkpointIssues: map[string]checkpointIssue{},
 		creating:         map[string]bool{},
 		imagePresent:     map[string]bool{},
+		pinning:          map[string]bool{},
 		containers:       newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
 	}
 	ds.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
@@ -162,6 +176,19 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	ds.containers.streams.onSettled = ds.events.touch
 	if err := ds.loadCheckpoints(); err != nil {
 		return nil, err
+	}
+	ds.killOrphanedPlugins() // cni_orphans.go
+	if cfg.SandboxNetNS != "" {
+		if err := ValidSandboxNetNSMode(cfg.SandboxNetNS); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.NetNSDir != "" {
+		// Also in the docker mode: sandboxes made while pinned still
+		// tear down with, and then remove, the netns they name.
+		ds.pinner = podns.NewPinner(cfg.NetNSDir)
+	} else if cfg.SandboxNetNS == SandboxNetNSAuto || cfg.SandboxNetNS == SandboxNetNSPinned {
+		return nil, fmt.Errorf("--sandbox-netns=%s needs a --netns-dir", cfg.SandboxNetNS)
 	}
 	plugin, err := network.InitNetworkPlugin(plugins, cfg.NetworkPluginName, &networkHost{ds}, cfg.Network)
 	if err != nil {

@@ -149,7 +149,12 @@ type testEnv struct {
 
 func newTestEnv(t testing.TB, mutate ...func(*Config)) *testEnv {
 	t.Helper()
-	docker := newFakeDocker()
+	return newTestEnvWith(t, newFakeDocker(), mutate...)
+}
+
+// newTestEnvWith is newTestEnv on an engine the test prepared.
+func newTestEnvWith(t testing.TB, docker *fakeDocker, mutate ...func(*Config)) *testEnv {
+	t.Helper()
 	docker.images[testPauseImage] = map[string]string{"image.label": "from-image"}
 	root := t.TempDir()
 	ckpt, err := checkpoint.NewManager(filepath.Join(root, "sandbox"))

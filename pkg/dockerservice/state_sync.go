@@ -79,6 +79,7 @@ func (ds *DockerService) beforeIndexSynced(ctx context.Context) {
 			ds.adoptCRIDockerd(context.WithoutCancel(ctx))
 		}
 		ds.recoverCheckpoints(context.WithoutCancel(ctx))
+		ds.sweepPinnedNetNS() // sandbox_netns.go
 	})
 	ds.resumeContainerLogs(ctx) // marks, then works in the background
 }

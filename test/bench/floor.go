@@ -40,11 +40,39 @@ type floor struct {
 	live map[string]*floorPod
 }
 
+// setNetwork switches the chain later pods are added to (the bench's
+// bridge chain or its slow chain); pods already made keep theirs.
+func (f *floor) setNetwork(confList []byte) error {
+	list, err := libcni.ConfListFromBytes(confList)
+	if err != nil {
+		return fmt.Errorf("parsing the bench network: %w", err)
+	}
+	f.mu.Lock()
+	f.net = list
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *floor) network() *libcni.NetworkConfigList {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.net
+}
+
 type floorPod struct {
 	id     string
 	netns  string
 	withLo bool
 	rt     *libcni.RuntimeConf
+	net    *libcni.NetworkConfigList // the chain it was added to
+	phases floorPhases
+}
+
+// floorPhases is how long each step of a floor pod's set-up took: where
+// the time goes, e.g. how much of it is the CNI ADD that a runtime could
+// run in parallel with the start.
+type floorPhases struct {
+	create, start, inspect, loADD, add time.Duration
 }
 
 // Labels on floor containers. They are not netshim's, so netshim never
@@ -87,15 +115,24 @@ func (f *floor) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, withL
 	config, hostConfig := f.dockerConfig(cfg)
 
 	start := time.Now()
+	lap := start
+	since := func() time.Duration {
+		now := time.Now()
+		d := now.Sub(lap)
+		lap = now
+		return d
+	}
 	created, err := f.docker.ContainerCreate(ctx, config, hostConfig, nil, nil, name)
 	if err != nil {
 		return nil, 0, fmt.Errorf("floor: creating %s: %w", name, err)
 	}
 	p := &floorPod{id: created.ID, withLo: withLo}
+	p.phases.create = since()
 	f.track(p)
 	if err := f.docker.ContainerStart(ctx, p.id, container.StartOptions{}); err != nil {
 		return nil, 0, fmt.Errorf("floor: starting %s: %w", name, err)
 	}
+	p.phases.start = since()
 	c, err := f.docker.ContainerInspect(ctx, p.id)
 	if err != nil {
 		return nil, 0, fmt.Errorf("floor: inspecting %s: %w", name, err)
@@ -105,6 +142,8 @@ func (f *floor) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, withL
 	}
 	p.netns = fmt.Sprintf("/proc/%d/ns/net", c.State.Pid)
 	p.rt = f.runtimeConf(cfg, p.id, p.netns)
+	p.net = f.network()
+	p.phases.inspect = since()
 	if withLo {
 		lo := *p.rt
 		lo.IfName = "lo"
@@ -112,11 +151,13 @@ func (f *floor) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, withL
 		if _, err := f.cni.AddNetworkList(ctx, f.lo, &lo); err != nil {
 			return nil, 0, fmt.Errorf("floor: loopback ADD for %s: %w", name, err)
 		}
+		p.phases.loADD = since()
 	}
-	if _, err := f.cni.AddNetworkList(ctx, f.net, p.rt); err != nil {
+	if _, err := f.cni.AddNetworkList(ctx, p.net, p.rt); err != nil {
 		return nil, 0, fmt.Errorf("floor: ADD for %s: %w", name, err)
 	}
-	return p, time.Since(start), nil
+	p.phases.add = since()
+	return p, lap.Sub(start), nil
 }
 
 // teardown undoes run and returns how long it took.
@@ -137,7 +178,7 @@ func (f *floor) del(ctx context.Context, p *floorPod) error {
 	if p.rt == nil {
 		return nil // never attached
 	}
-	if err := f.cni.DelNetworkList(ctx, f.net, p.rt); err != nil {
+	if err := f.cni.DelNetworkList(ctx, p.net, p.rt); err != nil {
 		return fmt.Errorf("floor: DEL for %s: %w", p.id, err)
 	}
 	if p.withLo {
@@ -179,19 +220,23 @@ func (f *floor) cleanup(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := f.removeLabelled(ctx, floorLabelRun+"="+f.runID, f.cni); err != nil {
+	if err := f.removeLabelled(ctx, f.cni, floorLabelRun+"="+f.runID); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// removeLabelled force-removes the containers with the Docker label
-// selector (key=value), each after a CNI DEL through cni without a netns:
+// removeLabelled force-removes the containers with all the Docker label
+// selectors (key=value), each after a CNI DEL through cni without a netns:
 // with the container gone that only releases its IP and cache entry.
-func (f *floor) removeLabelled(ctx context.Context, selector string, cni *libcni.CNIConfig) error {
-	left, err := f.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", selector))})
+func (f *floor) removeLabelled(ctx context.Context, cni *libcni.CNIConfig, selectors ...string) error {
+	args := filters.NewArgs()
+	for _, sel := range selectors {
+		args.Add("label", sel)
+	}
+	left, err := f.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
 	if err != nil {
-		return fmt.Errorf("listing leftover containers (%s): %w", selector, err)
+		return fmt.Errorf("listing leftover containers (%s): %w", strings.Join(selectors, ", "), err)
 	}
 	var errs []error
 	for _, c := range left {
@@ -199,7 +244,7 @@ func (f *floor) removeLabelled(ctx context.Context, selector string, cni *libcni
 		if err := f.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing leftover container %s: %w", c.ID, err))
 		}
-		_ = cni.DelNetworkList(ctx, f.net, &libcni.RuntimeConf{ContainerID: c.ID, IfName: "eth0"})
+		_ = cni.DelNetworkList(ctx, f.network(), &libcni.RuntimeConf{ContainerID: c.ID, IfName: "eth0"})
 	}
 	return errors.Join(errs...)
 }

@@ -7,7 +7,10 @@
 // starts netshim on a temporary root with a Docker socket of its own (a
 // counting proxy in front of the real one) and a bridge network of its own
 // (nsbench0, 10.124.0.0/16), and removes everything it made when it ends,
-// also on failure or interrupt.
+// also on failure or interrupt. For the sequential RunPodSandbox rounds it
+// runs a second netshim, in the pinned sandbox netns mode, and repeats the
+// rounds on a slow CNI chain (the bridge chain with test/tools/cni-sleep
+// appended).
 package main
 
 import (
@@ -15,11 +18,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,10 +32,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/client"
-	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/netshim/netshim/test/harness"
 )
 
 type options struct {
@@ -50,6 +52,10 @@ type options struct {
 	startTimeout  time.Duration
 	callTimeout   time.Duration
 	cleanupBudget time.Duration
+	cniSleep      string
+	netshimOCI    string
+	slowSleep     time.Duration
+	requirePinned bool
 }
 
 func parseFlags() options {
@@ -59,7 +65,7 @@ func parseFlags() options {
 	flag.StringVar(&o.dockerSocket, "docker-socket", "/var/run/docker.sock", "the real Docker engine's socket")
 	flag.StringVar(&o.pauseImage, "pause-image", "registry.k8s.io/pause:3.10", "pause image, present locally (hack/images.sh)")
 	flag.IntVar(&o.pods, "pods", 110, "pods present for the read-latency, idle-traffic and memory figures")
-	flag.IntVar(&o.seq, "seq", 30, "sequential RunPodSandbox samples (each interleaved with floor samples)")
+	flag.IntVar(&o.seq, "seq", 30, "sequential RunPodSandbox rounds per CNI chain (each round: one pod of each netshim mode and of the floor, interleaved)")
 	flag.IntVar(&o.concurrent, "concurrent", 20, "RunPodSandbox calls issued at once")
 	flag.IntVar(&o.populateConc, "populate-concurrency", 4, "parallel RunPodSandbox calls when creating the --pods pods")
 	flag.IntVar(&o.calls, "calls", 1000, "ListPodSandbox and PodSandboxStatus calls for the latency percentiles")
@@ -70,6 +76,10 @@ func parseFlags() options {
 	flag.DurationVar(&o.startTimeout, "start-timeout", 30*time.Second, "how long netshim may take to answer CRI Version")
 	flag.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "deadline of one CRI call")
 	flag.DurationVar(&o.cleanupBudget, "cleanup-timeout", 5*time.Minute, "how long cleanup may take")
+	flag.StringVar(&o.cniSleep, "cni-sleep", "_output/cni-sleep", "the test CNI plugin appended to the chain for the slow-chain rounds (go build -o _output/cni-sleep ./test/tools/cni-sleep)")
+	flag.StringVar(&o.netshimOCI, "netshim-oci", "_output/netshim-oci", "netshim-oci built with the netshim under test; the bench notes it when the engine's runtime netshim-oci is another binary")
+	flag.DurationVar(&o.slowSleep, "slow-chain-sleep", 150*time.Millisecond, "how long cni-sleep's ADD sleeps in the slow-chain rounds; 0 leaves those rounds out")
+	flag.BoolVar(&o.requirePinned, "require-pinned", false, "fail, instead of leaving the pinned-mode rows out, when the pinned sandbox netns mode cannot be measured (the engine has no runtime netshim-oci)")
 	flag.Parse()
 	return o
 }
@@ -80,19 +90,28 @@ type bench struct {
 	runID     string
 	namespace string
 	dir       string
-	confList  []byte
-	proxy     *countingProxy
-	netshim   *harness.Netshim
-	conn      *grpc.ClientConn
-	rt        runtimeapi.RuntimeServiceClient
+	confList  []byte // the bridge chain
+	slowList  []byte // the slow chain; nil when --slow-chain-sleep is 0
+	binDirs   []string
 	docker    *client.Client
 	floor     *floor
 	report    *report
 
+	// The netshim in the default sandbox netns mode: every scenario runs
+	// against it (b.rt, b.proxy, b.runPod ... are its).
+	*instance
+	// pinned is the netshim in the pinned mode, for the sequential
+	// rounds only; nil when that mode is not measured, and pinnedSkip
+	// then says why.
+	pinned      *instance
+	pinnedSkip  string
+	wrapperPath string // the engine's runtime netshim-oci
+	// broken, when set, stops the run: what the later scenarios would
+	// measure is not what they say (e.g. the bridge chain could not be
+	// restored after the slow one).
+	broken string
+
 	podSeq atomic.Int64
-	mu     sync.Mutex
-	pods   map[string]bool // sandboxes created through netshim and not yet removed
-	ownIDs map[string]bool // every sandbox created through netshim in this run
 	// population is the --pods pods, present from the populate scenario
 	// to the depopulate one.
 	population []string
@@ -101,9 +120,9 @@ type bench struct {
 	started    time.Time
 }
 
-// scenario is one measurement. Scenarios run in order on one netshim and
-// share the bench; a failing one is reported and the rest still run,
-// except that cleanup always runs last.
+// scenario is one measurement. Scenarios run in order on the default-mode
+// netshim and share the bench; a failing one is reported and the rest
+// still run, except that cleanup always runs last.
 type scenario struct {
 	name string
 	run  func(ctx context.Context, b *bench) error
@@ -137,8 +156,11 @@ func run(ctx context.Context, o options) (err error) {
 	if err := checkInputs(&o); err != nil {
 		return err
 	}
+	if o.slowSleep == 0 {
+		fmt.Println("netshim-bench: --slow-chain-sleep 0: the slow-chain rounds are left out")
+	}
 	started := time.Now()
-	b := &bench{opts: o, runID: newUID()[:8], pods: map[string]bool{}, ownIDs: map[string]bool{},
+	b := &bench{opts: o, runID: newUID()[:8],
 		popConfigs: map[string]*runtimeapi.PodSandboxConfig{}, workloads: map[string]string{}, report: newReport()}
 	b.namespace = "nsbench-" + b.runID
 	b.started = started
@@ -164,6 +186,11 @@ func run(ctx context.Context, o options) (err error) {
 		if ctx.Err() != nil {
 			break
 		}
+		if b.broken != "" {
+			b.report.note("The scenarios from %q on did not run: %s", s.name, b.broken)
+			failed = append(failed, "stopped before "+s.name)
+			break
+		}
 		if b.netshim.Exited() {
 			b.report.note("netshim exited during the run (%v); the scenarios from %q on did not run. Last log lines: %s", b.netshim.WaitErr(), s.name, oneLine(errors.New(b.netshim.LogTail(10))))
 			failed = append(failed, "netshim exited before "+s.name)
@@ -181,8 +208,10 @@ func run(ctx context.Context, o options) (err error) {
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted: %w", ctx.Err())
 	}
-	if m := b.proxy.mark(); m.errors > 0 {
-		b.report.note("The counting proxy failed to forward %d Docker requests.", m.errors)
+	for _, in := range b.instances() {
+		if m := in.proxy.mark(); m.errors > 0 {
+			b.report.note("The counting proxy of the %s netshim failed to forward %d Docker requests.", in.name, m.errors)
+		}
 	}
 	b.report.note("Run took %s (set-up, all scenarios; cleanup excluded).", time.Since(started).Round(time.Second))
 
@@ -216,20 +245,31 @@ func checkInputs(o *options) error {
 			return fmt.Errorf("CNI plugin %s not in %s (apt-get install containernetworking-plugins)", p, o.cniBinDir)
 		}
 	}
+	if o.slowSleep < 0 {
+		return fmt.Errorf("--slow-chain-sleep %s is negative", o.slowSleep)
+	}
+	if o.slowSleep > 0 {
+		if o.cniSleep, err = filepath.Abs(o.cniSleep); err != nil {
+			return err
+		}
+		if st, err := os.Stat(o.cniSleep); err != nil || st.IsDir() {
+			return fmt.Errorf("CNI plugin %s not found (go build -o _output/cni-sleep ./test/tools/cni-sleep), or give --slow-chain-sleep 0 to leave the slow chain out", o.cniSleep)
+		}
+	}
 	if o.pods < 1 || o.seq < 1 || o.concurrent < 1 || o.populateConc < 1 || o.calls < 1 {
 		return errors.New("--pods, --seq, --concurrent, --populate-concurrency and --calls must be positive")
 	}
 	return nil
 }
 
-// setUp writes the network config, starts the proxy and netshim and
-// connects to both engines.
+// setUp writes the network configs, starts the netshims (each behind its
+// own counting proxy) and connects to the engine.
 func (b *bench) setUp(ctx context.Context) error {
 	o := b.opts
 	if err := prepareBridge(); err != nil {
 		return err
 	}
-	for _, d := range []string{"net.d", "root", "cache", "floorcache", "ipam", "pods"} {
+	for _, d := range []string{"net.d", "root", "cache", "floorcache", "ipam", "pods", "pinned"} {
 		if err := os.MkdirAll(filepath.Join(b.dir, d), 0o755); err != nil {
 			return err
 		}
@@ -239,8 +279,16 @@ func (b *bench) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(b.dir, "net.d", "10-nsbench.conflist"), b.confList, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(b.dir, "net.d", bridgeConfName), b.confList, 0o644); err != nil {
 		return err
+	}
+	b.binDirs = []string{o.cniBinDir}
+	if o.slowSleep > 0 {
+		b.slowList, err = slowConfList(b.confList, filepath.Base(o.cniSleep), o.slowSleep)
+		if err != nil {
+			return err
+		}
+		b.binDirs = append(b.binDirs, filepath.Dir(o.cniSleep))
 	}
 
 	b.docker, err = client.NewClientWithOpts(client.WithHost("unix://"+o.dockerSocket), client.WithAPIVersionNegotiation())
@@ -254,134 +302,69 @@ func (b *bench) setUp(ctx context.Context) error {
 	if _, err := b.docker.ImageInspect(ctx, o.pauseImage); err != nil {
 		return fmt.Errorf("pause image %s is not present (hack/images.sh): %w", o.pauseImage, err)
 	}
-	b.floor, err = newFloor(b.docker, []string{o.cniBinDir}, filepath.Join(b.dir, "floorcache"), b.confList, o.pauseImage, b.runID)
+	b.floor, err = newFloor(b.docker, b.binDirs, filepath.Join(b.dir, "floorcache"), b.confList, o.pauseImage, b.runID)
 	if err != nil {
 		return err
 	}
 
-	b.proxy, err = startProxy(filepath.Join(b.dir, "docker.sock"), o.dockerSocket)
+	info, err := b.docker.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("starting the counting Docker proxy: %w", err)
+		return fmt.Errorf("docker info: %w", err)
+	}
+	b.pinnedSkip = pinnedUnavailable(slices.Collect(maps.Keys(info.Runtimes)))
+	if b.pinnedSkip == "" {
+		b.wrapperPath = info.Runtimes[ociRuntime].Path
+		if note := wrapperNote(b.wrapperPath, o.netshimOCI); note != "" {
+			fmt.Fprintf(os.Stderr, "netshim-bench: %s\n", note)
+			b.report.note("%s.", strings.TrimSuffix(note, "."))
+		}
+	}
+	if b.pinnedSkip != "" {
+		if o.requirePinned {
+			return fmt.Errorf("--require-pinned: %s", b.pinnedSkip)
+		}
+		fmt.Fprintf(os.Stderr, "netshim-bench: the pinned-mode rows are left out: %s\n", b.pinnedSkip)
+		b.report.note("The pinned sandbox netns mode was not measured: %s.", b.pinnedSkip)
 	}
 	logPath := o.netshimLog
 	if logPath == "" {
 		logPath = filepath.Join(b.dir, "netshim.log")
 	}
-	b.netshim, err = harness.NewNetshim(
-		harness.WithBinary(o.netshim),
-		harness.WithDir(b.dir),
-		harness.WithSocket(filepath.Join(b.dir, "ns.sock")),
-		harness.WithCNIConfDir(filepath.Join(b.dir, "net.d")),
-		harness.WithCNICacheDir(filepath.Join(b.dir, "cache")),
-		harness.WithLogFile(logPath),
-		harness.WithDockerEndpoint("unix://"+b.proxy.path),
-		harness.WithCNIBinDir(o.cniBinDir),
-		harness.WithPauseImage(o.pauseImage),
-		harness.WithVerbosity(1),
-		harness.WithOwnProcessGroup(),
-		harness.WithStartTimeout(o.startTimeout),
-	)
+	// The default mode is given explicitly: netshim's own default (auto)
+	// is the pinned mode on an engine that has netshim-oci.
+	b.instance, err = startInstance(ctx, o, instanceConfig{name: "default", mode: modeDocker, dir: b.dir,
+		confDir: filepath.Join(b.dir, "net.d"), cniBinDirs: b.binDirs, logPath: logPath})
 	if err != nil {
 		return err
 	}
-	if err := b.netshim.Start(ctx); err != nil {
-		return fmt.Errorf("%w; last log lines:\n%s", err, b.netshim.LogTail(30))
-	}
-	v := b.netshim.Version()
-	b.conn = b.netshim.CRI().Conn
-	b.rt = runtimeapi.NewRuntimeServiceClient(b.conn)
-	st, err := b.rt.Status(ctx, &runtimeapi.StatusRequest{})
-	if err != nil {
-		return fmt.Errorf("CRI Status: %w", err)
-	}
-	for _, c := range st.GetStatus().GetConditions() {
-		if !c.Status {
-			return fmt.Errorf("netshim is not ready: %s %s: %s", c.Type, c.Reason, c.Message)
+	if b.pinnedSkip == "" {
+		b.pinned, err = startInstance(ctx, o, instanceConfig{name: "pinned", mode: modePinned, dir: filepath.Join(b.dir, "pinned"),
+			confDir: filepath.Join(b.dir, "net.d"), cniBinDirs: b.binDirs, logPath: pinnedLogPath(o.netshimLog, b.dir)})
+		if err != nil {
+			return err
 		}
 	}
 
-	b.report.header = machineHeader(v, sv.Version, sv.APIVersion, o)
+	b.report.header = machineHeader(b.netshim.Version(), sv.Version, sv.APIVersion, o, b.modesLine())
 	return nil
 }
 
-// call runs one CRI call with the per-call deadline and returns its
-// in-process duration.
-func (b *bench) call(ctx context.Context, f func(ctx context.Context) error) (time.Duration, error) {
-	cctx, cancel := context.WithTimeout(ctx, b.opts.callTimeout)
-	defer cancel()
-	start := time.Now()
-	err := f(cctx)
-	return time.Since(start), err
-}
-
-// runPod runs one sandbox through netshim.
-func (b *bench) runPod(ctx context.Context, cfg *runtimeapi.PodSandboxConfig) (string, time.Duration, error) {
-	var id string
-	d, err := b.call(ctx, func(ctx context.Context) error {
-		r, err := b.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
-		if err == nil {
-			id = r.PodSandboxId
+// instances are the netshims the run started.
+func (b *bench) instances() []*instance {
+	var out []*instance
+	for _, in := range []*instance{b.instance, b.pinned} {
+		if in != nil {
+			out = append(out, in)
 		}
-		return err
-	})
-	if err != nil {
-		return "", 0, fmt.Errorf("RunPodSandbox %s: %w", cfg.GetMetadata().GetName(), err)
 	}
-	b.mu.Lock()
-	b.pods[id] = true
-	b.ownIDs[id] = true
-	b.mu.Unlock()
-	return id, d, nil
-}
-
-func (b *bench) stopPod(ctx context.Context, id string) (time.Duration, error) {
-	d, err := b.call(ctx, func(ctx context.Context) error {
-		_, err := b.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("StopPodSandbox %s: %w", id, err)
-	}
-	return d, nil
-}
-
-func (b *bench) removePod(ctx context.Context, id string) (time.Duration, error) {
-	d, err := b.call(ctx, func(ctx context.Context) error {
-		_, err := b.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("RemovePodSandbox %s: %w", id, err)
-	}
-	b.mu.Lock()
-	delete(b.pods, id)
-	b.mu.Unlock()
-	return d, nil
-}
-
-// requestsSince returns the Docker requests netshim made since from, those
-// about containers of others (another netshim on the same engine: its
-// events reach ours too) apart.
-func (b *bench) requestsSince(from mark) requestCounts {
-	return b.proxy.between(from, b.proxy.mark(), b.foreign)
-}
-
-// foreign says whether a request's object is a container ID that is not
-// one of this run's sandboxes. Names and image references count as ours.
-func (b *bench) foreign(object string) bool {
-	if len(object) != 64 || strings.Trim(object, "0123456789abcdef") != "" {
-		return false
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return !b.ownIDs[object]
+	return out
 }
 
 // noteForeign adds a note when requests about other netshims' containers
 // were left out of a figure.
 func (b *bench) noteForeign(when string, c requestCounts) {
 	if n := c.foreignTotal(); n > 0 {
-		b.report.note("Left out %s: %d Docker requests about containers not of this run (another netshim's pods on the same engine, which this netshim's events watch sees): %s.",
+		b.report.note("Left out %s: %d Docker requests about containers that are not this netshim's (the other netshim's pods in the sequential rounds, or another netshim's on the same engine: its events watch sees every netshim pod): %s.",
 			when, n, fmtKinds(requestCounts{byKind: c.foreign}, 1))
 	}
 }
@@ -417,14 +400,17 @@ func forEach[T any](items []T, conc int, f func(T) error) error {
 	return first
 }
 
-// cleanup removes everything the run made: netshim's pods (through
-// netshim), floor pods, netshim itself, the proxy, any container of the run
-// Docker still has, the bridge and the temporary directory.
+// cleanup removes everything the run made: the netshims' pods (through
+// their netshim), floor pods, the netshims themselves, the proxies, any
+// container of the run Docker still has, pod netns mounts a netshim left,
+// the bridge and the temporary directory.
 func (b *bench) cleanup(ctx context.Context) error {
 	var errs []error
-	if b.rt != nil && b.netshim != nil && b.netshim.Running() {
-		if err := b.removeAllPods(ctx); err != nil {
-			errs = append(errs, err)
+	for _, in := range b.instances() {
+		if in.rt != nil && in.netshim.Running() {
+			if err := in.removeAllPods(ctx, b.runID); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if b.floor != nil {
@@ -432,22 +418,23 @@ func (b *bench) cleanup(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	// Stop closes netshim's client connection too.
-	if b.netshim != nil {
-		if err := b.netshim.Stop(syscall.SIGTERM); err != nil {
+	for _, in := range b.instances() {
+		if err := in.stop(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if b.proxy != nil {
-		b.proxy.close()
-		if b.opts.requestsLog != "" {
-			if err := writeFile(b.opts.requestsLog, func(f *os.File) error { return b.proxy.writeLog(f, b.started) }); err != nil {
-				errs = append(errs, err)
-			}
+	if b.instance != nil && b.opts.requestsLog != "" {
+		if err := writeFile(b.opts.requestsLog, func(f *os.File) error { return b.proxy.writeLog(f, b.started) }); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := b.removeLeftoverSandboxes(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	for _, in := range b.instances() {
+		if err := unmountUnder(in.netnsDir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if b.docker != nil {
 		b.docker.Close()
@@ -463,53 +450,22 @@ func (b *bench) cleanup(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// removeAllPods stops and removes, through netshim, every pod of this run:
-// those the bench knows and any netshim lists with the run's label (a
-// RunPodSandbox whose answer was lost).
-func (b *bench) removeAllPods(ctx context.Context) error {
-	b.mu.Lock()
-	ids := map[string]bool{}
-	for id := range b.pods {
-		ids[id] = true
-	}
-	b.mu.Unlock()
-	lctx, cancel := context.WithTimeout(ctx, time.Minute)
-	r, err := b.rt.ListPodSandbox(lctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{runLabel: b.runID}}})
-	cancel()
-	if err == nil {
-		for _, p := range r.Items {
-			ids[p.Id] = true
-		}
-	}
-	if len(ids) == 0 {
-		return err
-	}
-	fmt.Printf("cleanup: removing %d pods through netshim\n", len(ids))
-	list := make([]string, 0, len(ids))
-	for id := range ids {
-		list = append(list, id)
-	}
-	return errors.Join(err, forEach(list, 4, func(id string) error {
-		if _, err := b.stopPod(ctx, id); err != nil {
-			return err
-		}
-		_, err := b.removePod(ctx, id)
-		return err
-	}))
-}
-
 // removeLeftoverSandboxes force-removes sandbox containers of this run that
-// netshim could not remove (it died, or timed out), after a DEL from
-// netshim's CNI cache so that nothing else is left to release.
+// their netshim could not remove (it died, or timed out), after a DEL from
+// that netshim's CNI cache so that nothing else is left to release.
 func (b *bench) removeLeftoverSandboxes(ctx context.Context) error {
 	if b.floor == nil {
 		return nil
 	}
-	cni := newCNI([]string{b.opts.cniBinDir}, filepath.Join(b.dir, "cache"))
-	return b.floor.removeLabelled(ctx, "label."+runLabel+"="+b.runID, cni)
+	var errs []error
+	for _, in := range b.instances() {
+		cni := newCNI(b.binDirs, in.cacheDir)
+		errs = append(errs, b.floor.removeLabelled(ctx, cni, "label."+runLabel+"="+b.runID, "label."+instanceLabel+"="+in.name))
+	}
+	return errors.Join(errs...)
 }
 
-func machineHeader(v *runtimeapi.VersionResponse, dockerVersion, dockerAPI string, o options) []string {
+func machineHeader(v *runtimeapi.VersionResponse, dockerVersion, dockerAPI string, o options, modes string) []string {
 	cpu := runtime.NumCPU()
 	return []string{
 		fmt.Sprintf("netshim benchmark, %s", time.Now().UTC().Format("2006-01-02 15:04 MST")),
@@ -517,7 +473,8 @@ func machineHeader(v *runtimeapi.VersionResponse, dockerVersion, dockerAPI strin
 		fmt.Sprintf("- machine: %d CPUs, %s memory, %s, kernel %s", cpu, memTotal(), osName(), kernel()),
 		fmt.Sprintf("- Docker engine %s (API %s); CRI %s via netshim (runtime %s %s)", dockerVersion, dockerAPI, v.GetRuntimeApiVersion(), v.GetRuntimeName(), v.GetRuntimeVersion()),
 		fmt.Sprintf("- CNI plugins: %s from %s; network: bridge %s, host-local %s, portmap", pluginVersion(o.cniBinDir), o.cniBinDir, bridgeName, benchSubnet),
-		fmt.Sprintf("- pause image %s; %d sequential samples, %d concurrent, %d pods present, %d read calls, %s idle window", o.pauseImage, o.seq, o.concurrent, o.pods, o.calls, o.idle),
+		fmt.Sprintf("- pause image %s; %d sequential rounds per chain, %d concurrent, %d pods present, %d read calls, %s idle window", o.pauseImage, o.seq, o.concurrent, o.pods, o.calls, o.idle),
+		"- " + modes,
 	}
 }
 

@@ -44,6 +44,11 @@ func rssBytes(pid int) (int64, error) {
 // cleanup never touches anyone else's pods on the same engine.
 const runLabel = "netshim.bench/run"
 
+// instanceLabel names the netshim that made a pod ("default" or
+// "pinned"): both netshims of a run list every netshim pod on the engine,
+// and cleanup must tear each pod down through its own.
+const instanceLabel = "netshim.bench/netshim"
+
 // podConfig is a sandbox config shaped like kubelet's for an ordinary pod
 // without host ports. Its UID is random, as kubelet's pods' are.
 func (b *bench) podConfig(name string) *runtimeapi.PodSandboxConfig {
@@ -60,6 +65,7 @@ func (b *bench) podConfig(name string) *runtimeapi.PodSandboxConfig {
 			"io.kubernetes.pod.uid":       uid,
 			"app":                         "bench",
 			runLabel:                      b.runID,
+			instanceLabel:                 "default",
 		}),
 		harness.WithPodAnnotations(map[string]string{
 			"kubernetes.io/config.seen":   time.Now().UTC().Format(time.RFC3339Nano),

@@ -42,6 +42,7 @@ func TestPodConfigIsKubeletShaped(t *testing.T) {
 			"io.kubernetes.pod.uid":       uid,
 			"app":                         "bench",
 			runLabel:                      "run1",
+			instanceLabel:                 "default",
 		},
 		Annotations: map[string]string{"kubernetes.io/config.seen": seen, "kubernetes.io/config.source": "api"},
 		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{

@@ -17,11 +17,15 @@ import (
 // table are those of the issues. Scenarios that need pods go after
 // populate, which leaves b.population running until depopulate; the one
 // that adds a container to each pod comes after the pod-only figures so
-// that those stay comparable between runs.
+// that those stay comparable between runs. The pinned-mode netshim takes
+// part in the sequential rounds only (both chains), and is stopped after
+// them.
 func scenarios() []scenario {
 	return []scenario{
 		{"netshim RSS before any pod", scenarioIdleRSS},
 		{"sequential RunPodSandbox/Stop/Remove, interleaved with the floor", scenarioSequential},
+		{"sequential RunPodSandbox on the slow chain, interleaved with the floor", scenarioSlowChain},
+		{"stop the pinned-mode netshim", scenarioStopPinned},
 		{"concurrent RunPodSandbox, then concurrent Stop+Remove", scenarioConcurrent},
 		{"create the pods that stay present", scenarioPopulate},
 		{"ListPodSandbox/PodSandboxStatus/Status latency with the pods present", scenarioReadLatency},
@@ -44,90 +48,18 @@ func scenarioIdleRSS(ctx context.Context, b *bench) error {
 	return nil
 }
 
-// The three kinds of pod the sequential scenario interleaves.
-const (
-	kindNetshim = iota
-	kindFloorLo
-	kindFloorNoLo
-	numKinds
-)
-
-// scenarioSequential makes --seq pods of each kind one after the other,
-// the kinds interleaved in a rotating order so that drift of the engine
-// (or of the machine) over the run weighs on all of them alike. Each round
-// makes one pod of each kind and then tears all three down, so at most
-// three pods exist. A first round warms the caches and is not counted.
+// scenarioSequential makes --seq rounds on the bridge chain of one pod of
+// each kind: the default-mode netshim, the pinned-mode one (when
+// measured), the floor with and without loopback (sequentialRounds). The
+// rows of items 1 and 6 are the default-mode netshim's.
 func scenarioSequential(ctx context.Context, b *bench) error {
-	var (
-		run, stop, remove, stopRemove []time.Duration
-		floorRun                      [numKinds][]time.Duration
-		floorDown                     [numKinds][]time.Duration
-		runReqs, downReqs             requestCounts
-	)
-	for round := -1; round < b.opts.seq; round++ {
-		counted := round >= 0
-		var order [numKinds]int
-		for i := range order {
-			order[i] = (i + max(round, 0)) % numKinds
-		}
-		var nsID string
-		var floorPods [numKinds]*floorPod
-		for _, k := range order {
-			cfg := b.podConfig(b.nextPodName("seq"))
-			if k == kindNetshim {
-				before := b.proxy.mark()
-				id, d, err := b.runPod(ctx, cfg)
-				if err != nil {
-					return err
-				}
-				nsID = id
-				if counted {
-					run = append(run, d)
-					runReqs.add(b.requestsSince(before))
-				}
-				continue
-			}
-			p, d, err := b.floor.run(ctx, cfg, k == kindFloorLo)
-			if err != nil {
-				return err
-			}
-			floorPods[k] = p
-			if counted {
-				floorRun[k] = append(floorRun[k], d)
-			}
-		}
-		for _, k := range order {
-			if k == kindNetshim {
-				before := b.proxy.mark()
-				ds, err := b.stopPod(ctx, nsID)
-				if err != nil {
-					return err
-				}
-				dr, err := b.removePod(ctx, nsID)
-				if err != nil {
-					return err
-				}
-				if counted {
-					stop = append(stop, ds)
-					remove = append(remove, dr)
-					stopRemove = append(stopRemove, ds+dr)
-					downReqs.add(b.requestsSince(before))
-				}
-				continue
-			}
-			d, err := b.floor.teardown(ctx, floorPods[k])
-			if err != nil {
-				return err
-			}
-			if counted {
-				floorDown[k] = append(floorDown[k], d)
-			}
-		}
-		if counted && (round+1)%10 == 0 {
-			fmt.Printf("   %d/%d rounds\n", round+1, b.opts.seq)
-		}
+	s, err := b.sequentialRounds(ctx, "seq", b.roundKinds(true))
+	if err != nil {
+		return err
 	}
-
+	run, stopRemove := s.run[kindNetshim], s.down[kindNetshim]
+	floorRun, floorDown := s.run, s.down
+	runReqs, downReqs := s.runReqs[kindNetshim], s.downReqs[kindNetshim]
 	n := len(run)
 	r := b.report
 	r.durs["run.p50"] = percentile(run, 50)
@@ -138,8 +70,8 @@ func scenarioSequential(ctx context.Context, b *bench) error {
 	r.durs["teardown.nolo.p50"] = percentile(floorDown[kindFloorNoLo], 50)
 
 	r.add("1", fmt.Sprintf("RunPodSandbox p50 / p90 (%d sequential)", n), p50p90(run))
-	r.add("1", "StopPodSandbox p50", fmtDur(percentile(stop, 50)))
-	r.add("1", "RemovePodSandbox p50", fmtDur(percentile(remove, 50)))
+	r.add("1", "StopPodSandbox p50", fmtDur(percentile(s.stop[kindNetshim], 50)))
+	r.add("1", "RemovePodSandbox p50", fmtDur(percentile(s.remove[kindNetshim], 50)))
 	r.add("1", "Stop+Remove p50 (per pod, Stop then Remove)", fmtDur(percentile(stopRemove, 50)))
 	r.add("1", "Docker requests per RunPodSandbox", fmt.Sprintf("%s: %s", perOp(runReqs.total(), n), fmtKinds(runReqs, n)))
 	r.add("1", "Docker requests per Stop+Remove", fmt.Sprintf("%s: %s", perOp(downReqs.total(), n), fmtKinds(downReqs, n)))
@@ -157,6 +89,20 @@ func scenarioSequential(ctx context.Context, b *bench) error {
 		ratio(r.durs["stopremove.p50"], r.durs["teardown.lo.p50"]), ratio(r.durs["stopremove.p50"], r.durs["teardown.nolo.p50"])))
 	r.add("1/6", "  median of the per-round ratios (paired, same round)", fmt.Sprintf("%s (floor with loopback), %s (without)",
 		pairedRatio(stopRemove, floorDown[kindFloorLo]), pairedRatio(stopRemove, floorDown[kindFloorNoLo])))
+
+	if s.has(kindPinned) {
+		pRun, pDown := s.run[kindPinned], s.down[kindPinned]
+		pRunReqs, pDownReqs := s.runReqs[kindPinned], s.downReqs[kindPinned]
+		r.add("13", fmt.Sprintf("Pinned mode: RunPodSandbox p50 / p90 (%d sequential)", len(pRun)), p50p90(pRun))
+		r.add("13", "Pinned mode: Stop+Remove p50 / p90", p50p90(pDown))
+		r.add("13", "Pinned mode: Docker requests per RunPodSandbox", fmt.Sprintf("%s: %s", perOp(pRunReqs.total(), len(pRun)), fmtKinds(pRunReqs, len(pRun))))
+		r.add("13", "Pinned mode: Docker requests per Stop+Remove", fmt.Sprintf("%s: %s", perOp(pDownReqs.total(), len(pRun)), fmtKinds(pDownReqs, len(pRun))))
+		r.add("13", "Pinned mode: Stop+Remove p50 / teardown floor p50", fmt.Sprintf("%s (paired: %s)",
+			ratio(percentile(pDown, 50), r.durs["teardown.lo.p50"]), pairedRatio(pDown, floorDown[kindFloorLo])))
+		b.noteForeign("during the pinned netshim's sequential RunPodSandbox calls", pRunReqs)
+		b.noteForeign("during the pinned netshim's sequential Stop+Remove calls", pDownReqs)
+	}
+	b.reportChain(s, "bridge", "bridge chain")
 	return nil
 }
 

@@ -35,13 +35,15 @@ var units = []string{"netshim.service", "netshim.socket"}
 // shipped are the files the package must hold, with their modes. It may hold
 // more (each is checked for root ownership and a sane mode); these it must.
 var shipped = map[string]fs.FileMode{
-	binary:                                0o755,
-	unitDir + "/netshim.service":          0o644,
-	unitDir + "/netshim.socket":           0o644,
-	conffile:                              0o644,
-	"/usr/share/man/man8/netshim.8.gz":    0o644,
-	"/usr/share/doc/netshim/copyright":    0o644,
-	"/usr/share/doc/netshim/changelog.gz": 0o644,
+	binary:                                 0o755,
+	unitDir + "/netshim.service":           0o644,
+	unitDir + "/netshim.socket":            0o644,
+	conffile:                               0o644,
+	"/usr/share/man/man8/netshim.8.gz":     0o644,
+	"/usr/bin/netshim-oci":                 0o755,
+	"/usr/share/man/man8/netshim-oci.8.gz": 0o644,
+	"/usr/share/doc/netshim/copyright":     0o644,
+	"/usr/share/doc/netshim/changelog.gz":  0o644,
 }
 
 // TestPackage installs the package make deb built (NETSHIM_DEB) into this

@@ -538,7 +538,8 @@ type checkpointFile struct {
 			ContainerPort int32  `json:"containerPort"`
 			HostPort      int32  `json:"hostPort"`
 		} `json:"portMappings"`
-		IPs []string `json:"ips"`
+		IPs   []string `json:"ips"`
+		NetNS string   `json:"netns"`
 	} `json:"data"`
 }
 

@@ -20,22 +20,26 @@
 #   checkpoints files in ROOT/sandbox of each netshim root dir
 #   cache       libcni cached results (CACHE/results) of containers that do not
 #               exist
+#   netns       pinned pod network namespaces (--sandbox-netns=pinned): files in
+#               each netns dir, and, without --no-defaults, any namespace mount
+#               (nsfs) named pod-*.net anywhere, e.g. in a test's removed
+#               directory
 #   tmp         leftover e2e temp dirs (${TMPDIR:-/tmp}/nse2e*), whose stores and
 #               checkpoints are audited too (with --e2e-tmp)
 #
-# Usage: leak-audit.sh [--ipam-dir DIR]... [--root-dir DIR]... [--cache-dir DIR]...
+# Usage: leak-audit.sh [--ipam-dir DIR]... [--root-dir DIR]... [--cache-dir DIR]... [--netns-dir DIR]...
 #                      [--bridge NAME]... [--e2e-tmp] [--skip CHECK]...
 #                      [--no-defaults] [--container-filter FILTER]
 # Defaults: --ipam-dir /var/lib/cni/networks, --root-dir /var/lib/netshim,
-# --cache-dir /var/lib/cni/cache. The same lists can be given (space separated)
-# in LEAK_AUDIT_IPAM_DIRS, LEAK_AUDIT_ROOT_DIRS, LEAK_AUDIT_CACHE_DIRS and
-# LEAK_AUDIT_BRIDGES; LEAK_AUDIT_SKIP names checks to skip.
+# --cache-dir /var/lib/cni/cache, --netns-dir /run/netshim/netns. The same lists
+# can be given (space separated) in LEAK_AUDIT_IPAM_DIRS, LEAK_AUDIT_ROOT_DIRS,
+# LEAK_AUDIT_CACHE_DIRS, LEAK_AUDIT_NETNS_DIRS and LEAK_AUDIT_BRIDGES; LEAK_AUDIT_SKIP names checks to skip.
 # Per test or scenario: --no-defaults audits only the directories given, and
 # --container-filter (a `docker ps --filter` value, e.g.
 # label=netshim.io/pod-namespace=NS) only the containers it matches. Set
 # DOCKER_HOST to audit against another engine (a test's private dockerd).
 # The last line before the verdict counts the leaks per check:
-#   leak-audit: counts ipam=N veths=N iptables=N containers=N checkpoints=N cache=N tmp=N
+#   leak-audit: counts ipam=N veths=N iptables=N containers=N checkpoints=N cache=N netns=N tmp=N
 set -uo pipefail
 
 usage() { sed -n '2,/^set /p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2; }
@@ -43,6 +47,7 @@ usage() { sed -n '2,/^set /p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2
 read -r -a ipam_dirs <<<"${LEAK_AUDIT_IPAM_DIRS:-/var/lib/cni/networks}"
 read -r -a root_dirs <<<"${LEAK_AUDIT_ROOT_DIRS:-/var/lib/netshim}"
 read -r -a cache_dirs <<<"${LEAK_AUDIT_CACHE_DIRS:-/var/lib/cni/cache}"
+read -r -a netns_dirs <<<"${LEAK_AUDIT_NETNS_DIRS:-/run/netshim/netns}"
 read -r -a extra_bridges <<<"${LEAK_AUDIT_BRIDGES:-}"
 read -r -a skip <<<"${LEAK_AUDIT_SKIP:-}"
 e2e_tmp=0
@@ -50,13 +55,14 @@ container_filter=label=netshim.io/type
 no_defaults=0
 for a in "$@"; do [[ $a == --no-defaults ]] && no_defaults=1; done
 if ((no_defaults)); then
-  ipam_dirs=() root_dirs=() cache_dirs=()
+  ipam_dirs=() root_dirs=() cache_dirs=() netns_dirs=()
 fi
 while (($#)); do
   case $1 in
     --ipam-dir) ipam_dirs+=("${2:?}"); shift 2 ;;
     --root-dir) root_dirs+=("${2:?}"); shift 2 ;;
     --cache-dir) cache_dirs+=("${2:?}"); shift 2 ;;
+    --netns-dir) netns_dirs+=("${2:?}"); shift 2 ;;
     --bridge) extra_bridges+=("${2:?}"); shift 2 ;;
     --skip) skip+=("${2:?}"); shift 2 ;;
     --e2e-tmp) e2e_tmp=1; shift ;;
@@ -68,7 +74,7 @@ while (($#)); do
 done
 
 leaks=0
-declare -A counts=([ipam]=0 [veths]=0 [iptables]=0 [containers]=0 [checkpoints]=0 [cache]=0 [tmp]=0)
+declare -A counts=([ipam]=0 [veths]=0 [iptables]=0 [containers]=0 [checkpoints]=0 [cache]=0 [netns]=0 [tmp]=0)
 leak() { echo "LEAK [$1] $2"; leaks=$((leaks + 1)); counts[$1]=$((${counts[$1]:-0} + 1)); }
 skipped() { [[ " ${skip[*]} " == *" $1 "* ]]; }
 
@@ -190,9 +196,31 @@ if ! skipped cache && ((have_docker)); then
   done
 fi
 
-echo "leak-audit: counts ipam=${counts[ipam]} veths=${counts[veths]} iptables=${counts[iptables]} containers=${counts[containers]} checkpoints=${counts[checkpoints]} cache=${counts[cache]} tmp=${counts[tmp]}"
+# ---- pinned netns ----
+if ! skipped netns; then
+  declare -A netns_seen=()
+  for dir in "${netns_dirs[@]}"; do
+    [[ -d $dir ]] || continue
+    for f in "$dir"/*; do
+      [[ -e $f ]] || continue
+      netns_seen[$f]=1
+      leak netns "$f"
+    done
+  done
+  # Mount points (field 5 of mountinfo, octal-escaped) of namespace files
+  # named as netshim names them, wherever they are.
+  if ((!no_defaults)); then
+    while read -r mp; do
+      mp=$(printf '%b' "$mp")
+      [[ ${mp##*/} == pod-*.net && -z ${netns_seen[$mp]:-} ]] || continue
+      leak netns "$mp (a pinned netns mount whose directory is gone or not audited)"
+    done < <(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i+1) == "nsfs") print $5; break }}' /proc/self/mountinfo)
+  fi
+fi
+
+echo "leak-audit: counts ipam=${counts[ipam]} veths=${counts[veths]} iptables=${counts[iptables]} containers=${counts[containers]} checkpoints=${counts[checkpoints]} cache=${counts[cache]} netns=${counts[netns]} tmp=${counts[tmp]}"
 if ((leaks)); then
   echo "leak-audit: $leaks leak(s) found"
   exit 1
 fi
-echo "leak-audit: no leaks (ipam: ${ipam_dirs[*]}; roots: ${root_dirs[*]}; caches: ${cache_dirs[*]})"
+echo "leak-audit: no leaks (ipam: ${ipam_dirs[*]}; roots: ${root_dirs[*]}; caches: ${cache_dirs[*]}; netns: ${netns_dirs[*]})"

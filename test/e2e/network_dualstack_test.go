@@ -51,7 +51,8 @@ func TestNetworkDualStack(t *testing.T) {
 	e.requireIPsHeldBy(id, ips)
 	for _, ip := range ips {
 		if out, ok := pingPoll(ip, 10*time.Second); !ok {
-			t.Errorf("pod IP %s does not answer a ping from the host:\n%s", ip, out)
+			diag, _ := e.inPodNetNS(id, "sh", "-c", "ip addr; sysctl net.ipv6.conf.all.disable_ipv6 net.ipv6.conf.default.disable_ipv6 net.ipv6.conf.eth0.disable_ipv6")
+			t.Errorf("pod IP %s does not answer a ping from the host:\n%s\nin the pod's netns:\n%s", ip, out, diag)
 		}
 	}
 	t.Logf("pod %s: IPv4 %s, IPv6 %s", id, ips[0], ips[1])

@@ -86,10 +86,16 @@ func TestRuntimeClass(t *testing.T) {
 		t.Errorf("container runs with Docker runtime %q, want %q", got, altRuntime)
 	}
 
-	// The default handler is Docker's default runtime.
+	// The default handler is Docker's default runtime; in the pinned
+	// netns mode the sandbox's pause container runs under netshim's OCI
+	// wrapper, which execs that runc.
 	defaultPod, _ := e.runPod("default")
-	if got := dockerRuntime(t, d, defaultPod); got != "runc" {
-		t.Errorf("sandbox of the default handler runs with Docker runtime %q, want runc", got)
+	want := "runc"
+	if e.readCheckpoint(defaultPod).Data.NetNS != "" {
+		want = "netshim-oci"
+	}
+	if got := dockerRuntime(t, d, defaultPod); got != want {
+		t.Errorf("sandbox of the default handler runs with Docker runtime %q, want %s", got, want)
 	}
 
 	// An unknown handler: refused, naming the runtimes, nothing made.

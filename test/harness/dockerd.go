@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,6 +49,42 @@ func WithDockerdArgs(args ...string) DockerdOption {
 // the engines `make e2e` uses), so that a test can run a pod with a
 // runtime handler other than the default.
 const AltRuntime = "netshim-alt"
+
+// OCIWrapperRuntime is the runtime name netshim's OCI runtime wrapper
+// (cmd/netshim-oci) has in an engine: with it, netshim's default
+// --sandbox-netns=auto runs pods in the pinned mode.
+const OCIWrapperRuntime = "netshim-oci"
+
+// OCIWrapperBin is netshim's OCI runtime wrapper: $NETSHIM_OCI_BIN, else
+// netshim-oci next to $NETSHIM_BIN (make build puts both in _output), or
+// "" when neither exists.
+func OCIWrapperBin() string {
+	p := os.Getenv("NETSHIM_OCI_BIN")
+	if p == "" {
+		bin := os.Getenv("NETSHIM_BIN")
+		if bin == "" {
+			return ""
+		}
+		p = filepath.Join(filepath.Dir(bin), OCIWrapperRuntime)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+		return ""
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return ""
+	}
+	return abs
+}
+
+// WithoutOCIWrapper leaves netshim's OCI wrapper out of the engine, which
+// NewDockerd registers (as OCIWrapperRuntime) whenever OCIWrapperBin finds
+// it: netshim then runs its pods in the docker netns mode there.
+func WithoutOCIWrapper() DockerdOption {
+	return func(d *Dockerd) {
+		d.runtimes = slices.DeleteFunc(d.runtimes, func(rt extraRuntime) bool { return rt.name == OCIWrapperRuntime })
+	}
+}
 
 // extraRuntime is a runtime registered with --add-runtime NAME=PATH.
 type extraRuntime struct{ name, path string }
@@ -119,6 +156,11 @@ func StartPrivateDockerd(t testing.TB, opts ...DockerdOption) *Dockerd {
 // for callers that are not tests; start it with Start, then LoadImages.
 func NewDockerd(dir string, opts ...DockerdOption) *Dockerd {
 	d := &Dockerd{Dir: dir, Sock: filepath.Join(dir, "docker.sock")}
+	// As on the engines hack/dockerd.sh and hack/docker29.sh start: the
+	// wrapper execs the runc on the engine's PATH (privateDockerdBin).
+	if w := OCIWrapperBin(); w != "" {
+		d.runtimes = append(d.runtimes, extraRuntime{OCIWrapperRuntime, w})
+	}
 	for _, o := range opts {
 		o(d)
 	}

@@ -9,6 +9,9 @@ import (
 )
 
 func TestDockerdRuntimeArgs(t *testing.T) {
+	// No netshim-oci beside a netshim binary: only the runtimes asked for.
+	t.Setenv("NETSHIM_BIN", "")
+	t.Setenv("NETSHIM_OCI_BIN", "")
 	engineDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(engineDir, "runc"), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -59,5 +62,45 @@ func TestDockerdRuntimeArgs(t *testing.T) {
 				t.Fatalf("runtimeArgs() = %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestOCIWrapperRegistered(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "netshim")
+	wrapper := filepath.Join(dir, OCIWrapperRuntime)
+	for _, f := range []string{bin, wrapper} {
+		if err := os.WriteFile(f, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("NETSHIM_OCI_BIN", "")
+	t.Setenv("NETSHIM_BIN", bin)
+	if got := OCIWrapperBin(); got != wrapper {
+		t.Errorf("OCIWrapperBin next to NETSHIM_BIN = %q, want %q", got, wrapper)
+	}
+	args, err := NewDockerd(t.TempDir()).runtimeArgs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"--add-runtime", OCIWrapperRuntime + "=" + wrapper}; !slices.Equal(args, want) {
+		t.Errorf("runtime args = %q, want %q", args, want)
+	}
+	if args, _ := NewDockerd(t.TempDir(), WithoutOCIWrapper()).runtimeArgs(); len(args) != 0 {
+		t.Errorf("WithoutOCIWrapper: runtime args %q, want none", args)
+	}
+
+	other := filepath.Join(t.TempDir(), "wrapper")
+	if err := os.WriteFile(other, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NETSHIM_OCI_BIN", other)
+	if got := OCIWrapperBin(); got != other {
+		t.Errorf("OCIWrapperBin with NETSHIM_OCI_BIN = %q, want %q", got, other)
+	}
+	t.Setenv("NETSHIM_OCI_BIN", "")
+	t.Setenv("NETSHIM_BIN", filepath.Join(t.TempDir(), "netshim"))
+	if got := OCIWrapperBin(); got != "" {
+		t.Errorf("OCIWrapperBin with no wrapper beside NETSHIM_BIN = %q, want \"\"", got)
 	}
 }

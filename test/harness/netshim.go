@@ -47,6 +47,8 @@ type netshimConfig struct {
 	processGroup   bool
 	startTimeout   time.Duration
 	cleanupNS      string
+	netnsDir       string
+	sandboxNetNS   string
 }
 
 // NetshimOption configures a Netshim.
@@ -67,6 +69,15 @@ func WithRootDir(dir string) NetshimOption { return func(c *netshimConfig) { c.r
 
 // WithCNIConfDir sets --cni-conf-dir.
 func WithCNIConfDir(dir string) NetshimOption { return func(c *netshimConfig) { c.confDir = dir } }
+
+// WithNetNSDir sets --netns-dir (default: netns in the netshim's directory).
+func WithNetNSDir(dir string) NetshimOption { return func(c *netshimConfig) { c.netnsDir = dir } }
+
+// WithSandboxNetNS sets --sandbox-netns (default: $NETSHIM_SANDBOX_NETNS,
+// else netshim's own default, auto).
+func WithSandboxNetNS(mode string) NetshimOption {
+	return func(c *netshimConfig) { c.sandboxNetNS = mode }
+}
 
 // WithCNICacheDir sets --cni-cache-dir.
 func WithCNICacheDir(dir string) NetshimOption { return func(c *netshimConfig) { c.cacheDir = dir } }
@@ -144,8 +155,9 @@ type Netshim struct {
 	cfg    netshimConfig
 	ownDir bool
 
-	// Where things are; fixed for the life of the Netshim.
-	Dir, Sock, RootDir, ConfDir, CacheDir, LogPath string
+	// Where things are; fixed for the life of the Netshim. NetNSDir
+	// holds its pinned pod network namespaces (--netns-dir).
+	Dir, Sock, RootDir, ConfDir, CacheDir, LogPath, NetNSDir string
 
 	// The process, its CRI client and Version answer (criserver.go).
 	criServer
@@ -164,6 +176,10 @@ func NewNetshim(opts ...NetshimOption) (*Netshim, error) {
 		pauseImage:     DefaultPauseImage,
 		verbosity:      4,
 		startTimeout:   StartTimeout,
+		// `make test` runs the suites once per sandbox netns mode
+		// (NETSHIM_SANDBOX_NETNS=docker|pinned); unset leaves netshim's
+		// default, auto.
+		sandboxNetNS: os.Getenv("NETSHIM_SANDBOX_NETNS"),
 	}
 	if c.cniBinDirs == "" {
 		c.cniBinDirs = "/usr/lib/cni"
@@ -196,6 +212,7 @@ func NewNetshim(opts ...NetshimOption) (*Netshim, error) {
 	n.ConfDir = pick(c.confDir, "net.d")
 	n.CacheDir = pick(c.cacheDir, "cnicache")
 	n.LogPath = pick(c.logPath, "netshim.log")
+	n.NetNSDir = pick(c.netnsDir, "netns")
 	n.criServer = criServer{name: "netshim", sock: n.Sock, logPath: n.LogPath}
 	if len(n.Sock) > maxSockPath {
 		n.removeOwnDir()
@@ -246,8 +263,12 @@ func (n *Netshim) Args() []string {
 		"--cni-conf-dir", n.ConfDir,
 		"--cni-bin-dir", c.cniBinDirs,
 		"--cni-cache-dir", n.CacheDir,
+		"--netns-dir", n.NetNSDir,
 		"--pod-infra-container-image", c.pauseImage,
 		fmt.Sprintf("-v=%d", c.verbosity),
+	}
+	if c.sandboxNetNS != "" {
+		args = append(args, "--sandbox-netns", c.sandboxNetNS)
 	}
 	if c.dockerEndpoint != "" {
 		args = append(args, "--docker-endpoint", c.dockerEndpoint)

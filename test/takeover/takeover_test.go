@@ -502,6 +502,18 @@ func setDiff(before, after *snapshot) string {
 // PodSandboxStatus and ContainerStatus answers about the adopted pods are
 // cri-dockerd's, field by field (compareRules lists every exception and
 // why).
+// sortedMounts is a copy of a container status with its mounts sorted by
+// container path: cri-dockerd lists them in Docker's inspect order, which
+// comes from a map and changes from call to call.
+func sortedMounts(st *runtimeapi.ContainerStatus) *runtimeapi.ContainerStatus {
+	if st == nil {
+		return nil
+	}
+	c := proto.Clone(st).(*runtimeapi.ContainerStatus)
+	slices.SortFunc(c.Mounts, func(a, b *runtimeapi.Mount) int { return strings.Compare(a.ContainerPath, b.ContainerPath) })
+	return c
+}
+
 func compareSnapshots(t *testing.T, before, after *snapshot) {
 	var extras []string
 	check := func(what, id string, want, got proto.Message) {
@@ -523,7 +535,7 @@ func compareSnapshots(t *testing.T, before, after *snapshot) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(before.containers)) {
 		check("ListContainers item", id, before.containers[id], after.containers[id])
-		check("ContainerStatus", id, before.containerStatus[id], after.containerStatus[id])
+		check("ContainerStatus", id, sortedMounts(before.containerStatus[id]), sortedMounts(after.containerStatus[id]))
 	}
 	slices.Sort(extras)
 	extras = slices.Compact(extras)

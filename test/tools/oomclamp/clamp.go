@@ -3,71 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
+
+	"github.com/netshim/netshim/pkg/runcwrap"
 )
-
-// runcGlobalValueFlags are runc's global flags that take a value in the
-// next argument (when not written --flag=value).
-var runcGlobalValueFlags = map[string]bool{"log": true, "log-format": true, "root": true, "criu": true, "rootless": true}
-
-// runcCreateValueFlags are the flags of `runc create` and `runc run` that
-// take a value, other than the bundle.
-var runcCreateValueFlags = map[string]bool{"console-socket": true, "pid-file": true, "preserve-fds": true, "pidfd-socket": true}
-
-// flagName returns the name of a flag argument ("--root=x" -> "root",
-// true for an inline value; "-b" -> "b") and false for a non-flag.
-func flagName(arg string) (name string, inline bool, ok bool) {
-	if len(arg) < 2 || arg[0] != '-' || arg == "--" {
-		return "", false, false
-	}
-	// runc's CLI takes -flag and --flag alike.
-	name = strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
-	if n, _, found := strings.Cut(name, "="); found {
-		return n, true, true
-	}
-	return name, false, true
-}
-
-// bundleOf finds the bundle of a runc command line (without argv[0]):
-// ok is true for `create` and `run`, whose bundle is then the --bundle
-// (-b) value, or "" for runc's default, the working directory.
-func bundleOf(args []string) (bundle string, ok bool) {
-	i := 0
-	for ; i < len(args); i++ {
-		name, inline, isFlag := flagName(args[i])
-		if !isFlag {
-			break
-		}
-		if runcGlobalValueFlags[name] && !inline {
-			i++
-		}
-	}
-	if i >= len(args) || (args[i] != "create" && args[i] != "run") {
-		return "", false
-	}
-	for i++; i < len(args); i++ {
-		name, inline, isFlag := flagName(args[i])
-		if !isFlag {
-			continue
-		}
-		switch {
-		case name == "bundle" || name == "b":
-			if inline {
-				_, bundle, _ = strings.Cut(args[i], "=")
-			} else if i+1 < len(args) {
-				bundle = args[i+1]
-				i++
-			}
-		case runcCreateValueFlags[name] && !inline:
-			i++
-		}
-	}
-	return bundle, true
-}
 
 // clampConfig returns config (an OCI runtime config.json) with a negative
 // process.oomScoreAdj raised to 0, and whether it changed anything; every
@@ -108,44 +48,7 @@ func clampConfig(config []byte) ([]byte, bool, error) {
 	return out, true, nil
 }
 
-// clampBundle applies clampConfig to bundle/config.json, in place (a
-// renamed temp file, same mode). A bundle without a config is left to
-// runc, which says so in its own words.
+// clampBundle applies clampConfig to bundle/config.json, in place.
 func clampBundle(bundle string) error {
-	path := filepath.Join(bundle, "config.json")
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	out, changed, err := clampConfig(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if !changed {
-		return nil
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(bundle, ".config.json.oomclamp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
-	if _, err := tmp.Write(out); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return runcwrap.EditFile(filepath.Join(bundle, "config.json"), clampConfig)
 }

@@ -83,38 +83,6 @@ func TestClampConfigKeepsTheRest(t *testing.T) {
 	}
 }
 
-func TestBundleOf(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		args   []string
-		bundle string
-		ok     bool
-	}{
-		// What containerd's runc shim runs (go-runc).
-		{name: "shim create", args: []string{"--root", "/run/containerd/runc/moby", "--log", "/run/x/log.json", "--log-format", "json",
-			"create", "--bundle", "/run/x/bundle", "--pid-file", "/run/x/init.pid", "abc"}, bundle: "/run/x/bundle", ok: true},
-		{name: "run -b", args: []string{"run", "-b", "/b", "id"}, bundle: "/b", ok: true},
-		{name: "inline", args: []string{"--root=/r", "create", "--bundle=/b", "id"}, bundle: "/b", ok: true},
-		{name: "single dash", args: []string{"-root", "/r", "create", "-bundle", "/b", "id"}, bundle: "/b", ok: true},
-		{name: "systemd cgroup bool flag", args: []string{"--systemd-cgroup", "create", "--bundle", "/b", "id"}, bundle: "/b", ok: true},
-		{name: "value that looks like -b", args: []string{"create", "--pid-file", "-b", "--bundle", "/b", "id"}, bundle: "/b", ok: true},
-		{name: "no bundle: the working directory", args: []string{"create", "id"}, bundle: "", ok: true},
-		{name: "root named create", args: []string{"--root", "create", "start", "id"}, ok: false},
-		{name: "start", args: []string{"--root", "/r", "start", "id"}, ok: false},
-		{name: "delete", args: []string{"delete", "--force", "id"}, ok: false},
-		{name: "exec with -b", args: []string{"exec", "-b", "/b", "id"}, ok: false},
-		{name: "version", args: []string{"--version"}, ok: false},
-		{name: "nothing", args: nil, ok: false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			bundle, ok := bundleOf(tc.args)
-			if bundle != tc.bundle || ok != tc.ok {
-				t.Errorf("bundleOf(%q) = %q, %v; want %q, %v", tc.args, bundle, ok, tc.bundle, tc.ok)
-			}
-		})
-	}
-}
-
 func TestClampBundle(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.json")

@@ -17,69 +17,37 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
+
+	"github.com/netshim/netshim/pkg/runcwrap"
 )
 
 // runc is the real runc, set at build time (see the package comment).
 var runc string
 
 func main() {
-	real, err := realRunc()
+	p := os.Getenv("OOMCLAMP_RUNC")
+	if p == "" {
+		p = runc
+	}
+	real, err := runcwrap.RealRunc(p)
 	if err != nil {
 		fail(err)
 	}
-	if bundle, ok := bundleOf(os.Args[1:]); ok {
-		if bundle == "" {
-			// runc's own default: the bundle is the working directory.
-			if bundle, err = os.Getwd(); err != nil {
-				fail(err)
-			}
+	if cmd := runcwrap.Parse(os.Args[1:]); cmd.Creates() {
+		bundle, err := cmd.BundleDir()
+		if err != nil {
+			fail(err)
 		}
 		if err := clampBundle(bundle); err != nil {
 			fail(err)
 		}
 	}
-	argv := append([]string{real}, os.Args[1:]...)
-	fail(syscall.Exec(real, argv, os.Environ()))
+	fail(runcwrap.Exec(real, os.Args[1:]))
 }
 
 func fail(err error) {
 	fmt.Fprintf(os.Stderr, "oomclamp: %v\n", err)
 	os.Exit(1)
-}
-
-// realRunc resolves the runc to exec, which must not be this wrapper
-// (a wrapper installed as "runc" on PATH would exec itself forever).
-func realRunc() (string, error) {
-	p := os.Getenv("OOMCLAMP_RUNC")
-	if p == "" {
-		p = runc
-	}
-	if p == "" {
-		var err error
-		if p, err = exec.LookPath("runc"); err != nil {
-			return "", fmt.Errorf("no real runc: set OOMCLAMP_RUNC or build with -ldflags -X main.runc=PATH: %w", err)
-		}
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	si, err := os.Stat(self)
-	if err != nil {
-		return "", err
-	}
-	ri, err := os.Stat(p)
-	if err != nil {
-		return "", fmt.Errorf("the real runc: %w", err)
-	}
-	if os.SameFile(si, ri) {
-		return "", errors.New("the real runc " + p + " is this wrapper")
-	}
-	return filepath.Abs(p)
 }

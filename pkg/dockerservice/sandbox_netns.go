@@ -1,0 +1,231 @@
+package dockerservice
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+	"github.com/netshim/netshim/pkg/podns"
+)
+
+// Where a sandbox's network namespace comes from (--sandbox-netns).
+//
+// In the docker mode, today's and the one that works on any engine, the
+// pause container's own netns is the pod's: CNI ADD can only start once the
+// container runs, and teardown finds the netns through the container's
+// process, so a DEL after the container is gone gets no netns at all.
+//
+// In the pinned mode netshim makes the pod's netns itself, a bind mount
+// under --netns-dir (package podns), runs CNI ADD into it while Docker
+// creates and starts the pause container in it, and DELs with that path
+// until the pod is torn down, when it removes the file. Docker cannot put a
+// container in a netns given by path, so the pause container runs under
+// netshim's OCI runtime wrapper (cmd/netshim-oci), registered in the engine
+// as the runtime OCIWrapperRuntime; netshim names the netns in the
+// container's environment (podns.EnvKey) and the wrapper moves it into the
+// OCI config before it execs runc.
+const (
+	SandboxNetNSAuto   = "auto"
+	SandboxNetNSPinned = "pinned"
+	SandboxNetNSDocker = "docker"
+
+	// OCIWrapperRuntime is the Docker runtime name cmd/netshim-oci must
+	// be registered under.
+	OCIWrapperRuntime = "netshim-oci"
+)
+
+// ValidSandboxNetNSMode checks a --sandbox-netns value.
+func ValidSandboxNetNSMode(mode string) error {
+	switch mode {
+	case SandboxNetNSAuto, SandboxNetNSPinned, SandboxNetNSDocker:
+		return nil
+	}
+	return fmt.Errorf("--sandbox-netns %q: want auto, pinned or docker", mode)
+}
+
+// netnsMode is the sandbox netns mode in effect, and why.
+type netnsMode struct {
+	Mode   string `json:"mode"`
+	Reason string `json:"reason"`
+}
+
+// sandboxNetNSMode says which mode new sandboxes (with the default
+// runtime handler and their own network) get now. auto follows the
+// engine: the runtimes are read again every runtimesMaxAge, so registering
+// the wrapper (daemon.json and SIGHUP) switches new pods to pinned without
+// a restart, and unregistering it switches them back.
+func (ds *DockerService) sandboxNetNSMode(ctx context.Context) netnsMode {
+	switch ds.cfg.SandboxNetNS {
+	case SandboxNetNSDocker, "":
+		return netnsMode{SandboxNetNSDocker, "--sandbox-netns=docker"}
+	}
+	r := ds.runtimes.get(ctx, runtimesReadTimeout)
+	if r != nil && r.hasWrapper {
+		return netnsMode{SandboxNetNSPinned, fmt.Sprintf("--sandbox-netns=%s and the Docker engine has runtime %s", ds.cfg.SandboxNetNS, OCIWrapperRuntime)}
+	}
+	why := "the Docker engine's runtimes are not known yet"
+	if r != nil {
+		why = fmt.Sprintf("the Docker engine has no runtime %s (it has %v)", OCIWrapperRuntime, r.names)
+	}
+	if ds.cfg.SandboxNetNS == SandboxNetNSPinned {
+		return netnsMode{"unavailable", "--sandbox-netns=pinned but " + why + ": RunPodSandbox fails until it is registered"}
+	}
+	return netnsMode{SandboxNetNSDocker, "--sandbox-netns=auto and " + why}
+}
+
+// usePinnedNetNS decides for one sandbox. Host-network pods have no netns
+// of their own. A pod with a RuntimeClass handler keeps the docker mode:
+// the wrapper execs runc, and the pod asked for another runtime (a VM
+// runtime must make its own sandbox). With --sandbox-netns=pinned an
+// engine without the wrapper is an error the operator must fix, not a
+// silent fallback.
+func (ds *DockerService) usePinnedNetNS(ctx context.Context, hostNetwork bool, handler string) (bool, error) {
+	if hostNetwork || handler != "" || ds.cfg.SandboxNetNS == SandboxNetNSDocker || ds.cfg.SandboxNetNS == "" {
+		return false, nil
+	}
+	switch m := ds.sandboxNetNSMode(ctx); m.Mode {
+	case SandboxNetNSPinned:
+		return true, nil
+	case SandboxNetNSDocker:
+		return false, nil
+	}
+	// Pinned asked for, wrapper not seen: it may just have been added.
+	if r, _ := ds.runtimes.refresh(ctx); r != nil && r.hasWrapper {
+		return true, nil
+	}
+	return false, withCode(codes.FailedPrecondition, fmt.Errorf("--sandbox-netns=pinned needs netshim's OCI runtime wrapper registered in the Docker engine as runtime %q (daemon.json \"runtimes\": {%q: {\"path\": \"/usr/bin/netshim-oci\"}}, then SIGHUP dockerd), or run netshim with --sandbox-netns=auto", OCIWrapperRuntime, OCIWrapperRuntime))
+}
+
+// labelNetNS names a sandbox's pinned netns on its infra container: the
+// second record of it, which rebuilds a lost or damaged checkpoint's
+// (checkpoint_recover.go) and keeps the start-up sweep off the file.
+const labelNetNS = labelPrefix + "netns"
+
+// pinSandboxNetNS makes a new pinned netns for a sandbox being created.
+// Its name is random: the sandbox ID is Docker's, known only after the
+// create, and the path must be in the create's config. Until done is
+// called (once the checkpoint names the file, or it was removed) the
+// start-up sweep leaves it alone.
+func (ds *DockerService) pinSandboxNetNS() (paths podns.Paths, done func(), err error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, nil, err
+	}
+	name := "pod-" + hex.EncodeToString(b[:])
+	path := ds.pinner.Path(name, podns.Net)
+	ds.pinMu.Lock()
+	ds.pinning[path] = true
+	paths, err = ds.pinner.Pin(name, podns.Net)
+	ds.pinMu.Unlock()
+	done = func() {
+		ds.pinMu.Lock()
+		delete(ds.pinning, path)
+		ds.pinMu.Unlock()
+	}
+	if err != nil {
+		done()
+		return nil, nil, fmt.Errorf("making the pod's network namespace: %w", err)
+	}
+	return paths, done, nil
+}
+
+// pinnedNetNS returns the sandbox's pinned netns path if it has one that
+// still exists.
+func (ds *DockerService) pinnedNetNS(cp *checkpoint.PodSandbox) (string, bool) {
+	if cp == nil || cp.NetNS == "" || ds.pinner == nil || !ds.pinner.Owns(cp.NetNS) {
+		return "", false
+	}
+	if err := podns.Verify(cp.NetNS, podns.Net); err != nil {
+		return "", false
+	}
+	return cp.NetNS, true
+}
+
+// releasePinnedNetNS removes a sandbox's pinned netns once its network is
+// torn down. Idempotent. A pause container still running keeps the
+// namespace alive without the file.
+func (ds *DockerService) releasePinnedNetNS(cp *checkpoint.PodSandbox) error {
+	if cp == nil || cp.NetNS == "" || ds.pinner == nil {
+		return nil
+	}
+	if !ds.pinner.Owns(cp.NetNS) {
+		// A checkpoint naming a file elsewhere is not netshim's to
+		// remove; nothing netshim made is left there.
+		klog.InfoS("WARNING: sandbox checkpoint names a netns outside --netns-dir; not removing it", "podSandboxID", cp.SandboxID, "netns", cp.NetNS, "netnsDir", ds.pinner.Dir())
+		return nil
+	}
+	if err := ds.pinner.Remove(cp.NetNS); err != nil {
+		return fmt.Errorf("pod sandbox %s: %w", cp.SandboxID, err)
+	}
+	return nil
+}
+
+// sweepPinnedNetNS removes, once at start-up, the pinned netns files no
+// sandbox names: left by a daemon killed between making one and writing
+// the sandbox's checkpoint (whose container then never started), or by a
+// sandbox whose checkpoint and container are both gone. It runs after the
+// first index sync and the rebuild of damaged checkpoints, so a sandbox
+// names its file through its checkpoint or its infra container's label;
+// files a RunPodSandbox is making are skipped (pinMu orders the two).
+func (ds *DockerService) sweepPinnedNetNS() {
+	if ds.pinner == nil {
+		return
+	}
+	ds.pinMu.Lock()
+	defer ds.pinMu.Unlock()
+	files, err := ds.pinner.List()
+	if err != nil {
+		klog.ErrorS(err, "Failed to list pinned network namespaces; leaving them", "netnsDir", ds.pinner.Dir())
+		return
+	}
+	if len(files) == 0 {
+		return
+	}
+	used := map[string]bool{}
+	ds.mu.Lock()
+	for _, cp := range ds.sandboxes {
+		if cp.NetNS != "" {
+			used[cp.NetNS] = true
+		}
+	}
+	ds.mu.Unlock()
+	for _, r := range ds.store.List(store.KindSandbox) {
+		if path := r.DockerLabels[labelNetNS]; path != "" {
+			used[path] = true
+		}
+	}
+	removed := 0
+	for _, f := range files {
+		if used[f] || ds.pinning[f] {
+			continue
+		}
+		if err := ds.pinner.Remove(f); err != nil {
+			klog.ErrorS(err, "Failed to remove a pinned network namespace no sandbox uses", "netns", f)
+			continue
+		}
+		removed++
+	}
+	if removed > 0 {
+		klog.InfoS("Removed pinned network namespaces no sandbox uses", "count", removed, "netnsDir", ds.pinner.Dir())
+	}
+}
+
+// SandboxNetNSMode is the mode new sandboxes get now and why, for the
+// daemon's start-up log.
+func (ds *DockerService) SandboxNetNSMode(ctx context.Context) (mode, reason string) {
+	m := ds.sandboxNetNSMode(ctx)
+	return m.Mode, m.Reason
+}
+
+// netnsModeInfo is Status's verbose info about the mode, as JSON.
+func (ds *DockerService) netnsModeInfo(ctx context.Context) string {
+	b, _ := json.Marshal(ds.sandboxNetNSMode(ctx))
+	return string(b)
+}

@@ -1,0 +1,207 @@
+package podns
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func acceptAll(string, Kind) error { return nil }
+
+func TestApplyToConfig(t *testing.T) {
+	marker := EnvKey + "=net=/d/p.net"
+	for _, tc := range []struct {
+		name    string
+		in      string
+		verify  func(string, Kind) error
+		changed bool
+		wantNS  []ociNamespace
+		wantEnv []string
+		wantErr string
+	}{
+		{name: "no process", in: `{"ociVersion":"1.2.0"}`},
+		{name: "no env", in: `{"process":{"args":["/pause"]}}`},
+		{name: "env without marker", in: `{"process":{"env":["PATH=/bin"]}}`},
+		{
+			// What Docker writes for network mode "none": a new netns.
+			name:    "docker none network",
+			in:      `{"process":{"env":["PATH=/bin","` + marker + `","HOSTNAME=p"]},"linux":{"namespaces":[{"type":"mount"},{"type":"network"},{"type":"uts"},{"type":"pid"},{"type":"ipc"}]}}`,
+			changed: true,
+			wantNS:  []ociNamespace{{Type: "mount"}, {Type: "network", Path: "/d/p.net"}, {Type: "uts"}, {Type: "pid"}, {Type: "ipc"}},
+			wantEnv: []string{"PATH=/bin", "HOSTNAME=p"},
+		},
+		{
+			// Network mode container:<id>: Docker's path is replaced.
+			name:    "joined netns replaced",
+			in:      `{"process":{"env":["` + marker + `"]},"linux":{"namespaces":[{"type":"network","path":"/proc/42/ns/net"}]}}`,
+			changed: true,
+			wantNS:  []ociNamespace{{Type: "network", Path: "/d/p.net"}},
+			wantEnv: []string{},
+		},
+		{
+			name:    "no network entry: added",
+			in:      `{"process":{"env":["` + EnvKey + `=net=/d/p.net,ipc=/d/p.ipc"]},"linux":{"namespaces":[{"type":"ipc"}]}}`,
+			changed: true,
+			wantNS:  []ociNamespace{{Type: "ipc", Path: "/d/p.ipc"}, {Type: "network", Path: "/d/p.net"}},
+			wantEnv: []string{},
+		},
+		{
+			name:    "no linux section",
+			in:      `{"process":{"env":["` + marker + `"]}}`,
+			changed: true,
+			wantNS:  []ociNamespace{{Type: "network", Path: "/d/p.net"}},
+			wantEnv: []string{},
+		},
+		{name: "verify refuses", in: `{"process":{"env":["` + EnvKey + `=net=/proc/1/ns/net"]}}`, verify: Verify, wantErr: "a process's namespace"},
+		{name: "bad marker", in: `{"process":{"env":["` + EnvKey + `=pid=/x"]}}`, wantErr: "cannot be pinned"},
+		{name: "bad JSON", in: `{"process":`, wantErr: "parsing the runtime config"},
+		{name: "env not a list", in: `{"process":{"env":"x"}}`, wantErr: "process.env"},
+		{name: "namespaces not a list", in: `{"process":{"env":["` + marker + `"]},"linux":{"namespaces":{}}}`, wantErr: "linux.namespaces"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			verify := tc.verify
+			if verify == nil {
+				verify = acceptAll
+			}
+			out, changed, err := ApplyToConfig([]byte(tc.in), verify)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if changed != tc.changed {
+				t.Fatalf("changed = %v, want %v", changed, tc.changed)
+			}
+			if !changed {
+				if string(out) != tc.in {
+					t.Errorf("unchanged config rewritten: %s", out)
+				}
+				return
+			}
+			var cfg struct {
+				Process struct {
+					Env []string `json:"env"`
+				} `json:"process"`
+				Linux struct {
+					Namespaces []ociNamespace `json:"namespaces"`
+				} `json:"linux"`
+			}
+			if err := json.Unmarshal(out, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(cfg.Linux.Namespaces, tc.wantNS) {
+				t.Errorf("namespaces = %+v, want %+v", cfg.Linux.Namespaces, tc.wantNS)
+			}
+			if !reflect.DeepEqual(cfg.Process.Env, tc.wantEnv) {
+				t.Errorf("env = %q, want %q", cfg.Process.Env, tc.wantEnv)
+			}
+		})
+	}
+}
+
+func TestApplyToConfigKeepsTheRest(t *testing.T) {
+	in := `{"ociVersion":"1.0.2","hostname":"p","process":{"args":["/pause"],"oomScoreAdj":-998,"env":["` + EnvKey + `=net=/d/p.net"]},"linux":{"sysctls":{"net.ipv4.ip_forward":"1"},"namespaces":[{"type":"network"}]},"mounts":[{"destination":"/proc"}]}`
+	out, changed, err := ApplyToConfig([]byte(in), acceptAll)
+	if err != nil || !changed {
+		t.Fatalf("ApplyToConfig = %v, %v", changed, err)
+	}
+	var got, want map[string]any
+	_ = json.Unmarshal(out, &got)
+	_ = json.Unmarshal([]byte(strings.Replace(strings.Replace(in, `"`+EnvKey+`=net=/d/p.net"`, "", 1), `{"type":"network"}`, `{"type":"network","path":"/d/p.net"}`, 1)), &want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("config changed beyond the marker and the namespace:\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestApplyToConfigVerifiesEveryPath(t *testing.T) {
+	var seen []string
+	boom := errors.New("not pinned")
+	verify := func(path string, kind Kind) error {
+		seen = append(seen, string(kind)+"="+path)
+		if kind == UTS {
+			return boom
+		}
+		return nil
+	}
+	in := `{"process":{"env":["` + EnvKey + `=net=/d/p.net,uts=/d/p.uts"]}}`
+	if _, _, err := ApplyToConfig([]byte(in), verify); !errors.Is(err, boom) {
+		t.Fatalf("error = %v, want the verifier's", err)
+	}
+	if len(seen) == 0 {
+		t.Fatal("verify was not called")
+	}
+}
+
+// Docker's libnetwork hook leaves a container whose netns is pinned; other
+// hooks stay.
+func TestApplyToConfigDropsLibnetworkHook(t *testing.T) {
+	setkey := `{"path":"/proc/27153/exe","args":["libnetwork-setkey","-exec-root=/var/run/docker","d1c1","f5ec"]}`
+	other := `{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]}`
+	for _, tc := range []struct {
+		name, hooks, want string
+		marker            string
+	}{
+		{name: "only setkey", hooks: `{"prestart":[` + setkey + `]}`, marker: "net=/d/p.net", want: ``},
+		{name: "setkey and another", hooks: `{"prestart":[` + setkey + `,` + other + `],"poststop":[` + other + `]}`, marker: "net=/d/p.net",
+			want: `{"poststop":[` + other + `],"prestart":[` + other + `]}`},
+		{name: "createRuntime", hooks: `{"createRuntime":[` + setkey + `]}`, marker: "net=/d/p.net", want: ``},
+		{name: "no net pinned: kept", hooks: `{"prestart":[` + setkey + `]}`, marker: "ipc=/d/p.ipc", want: `{"prestart":[` + setkey + `]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := `{"process":{"env":["` + EnvKey + `=` + tc.marker + `"]},"hooks":` + tc.hooks + `}`
+			out, _, err := ApplyToConfig([]byte(in), acceptAll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg map[string]json.RawMessage
+			if err := json.Unmarshal(out, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			var got, want any
+			if tc.want != "" {
+				_ = json.Unmarshal(cfg["hooks"], &got)
+				_ = json.Unmarshal([]byte(tc.want), &want)
+			} else if _, ok := cfg["hooks"]; ok {
+				t.Fatalf("hooks = %s, want none", cfg["hooks"])
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("hooks = %s, want %s", cfg["hooks"], tc.want)
+			}
+		})
+	}
+	if _, _, err := ApplyToConfig([]byte(`{"process":{"env":["`+EnvKey+`=net=/d/p.net"]},"hooks":{"prestart":{}}}`), acceptAll); err == nil {
+		t.Error("hooks of the wrong shape: no error")
+	}
+}
+
+func TestStripFromProcess(t *testing.T) {
+	in := `{"args":["sh"],"env":["A=1","` + EnvKey + `=net=/d/p.net","B=2"],"cwd":"/"}`
+	out, changed, err := StripFromProcess([]byte(in))
+	if err != nil || !changed {
+		t.Fatalf("StripFromProcess = %v, %v", changed, err)
+	}
+	var p struct {
+		Args []string `json:"args"`
+		Env  []string `json:"env"`
+		Cwd  string   `json:"cwd"`
+	}
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p.Env, []string{"A=1", "B=2"}) || p.Cwd != "/" || len(p.Args) != 1 {
+		t.Errorf("process after strip = %+v", p)
+	}
+	same := `{"env":["A=1"]}`
+	if out, changed, err := StripFromProcess([]byte(same)); err != nil || changed || string(out) != same {
+		t.Errorf("process without marker: %s, %v, %v", out, changed, err)
+	}
+	if _, _, err := StripFromProcess([]byte(`[`)); err == nil {
+		t.Error("bad JSON: no error")
+	}
+}
