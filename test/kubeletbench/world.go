@@ -71,10 +71,12 @@ func (w *world) setUp(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var dopts []harness.DockerdOption
-	dopts = append(dopts, harness.WithImages(w.o.pauseImage, w.o.image))
+	// netshim's OCI wrapper is registered only when asked for (the
+	// harness would also take it from $NETSHIM_OCI_BIN or beside
+	// $NETSHIM_BIN): it decides what --sandbox-netns=auto does.
+	dopts := []harness.DockerdOption{harness.WithImages(w.o.pauseImage, w.o.image), harness.WithoutOCIWrapper()}
 	if w.o.netshimOCI != "" {
-		dopts = append(dopts, harness.WithRuntime("netshim-oci", w.o.netshimOCI))
+		dopts = append(dopts, harness.WithRuntime(harness.OCIWrapperRuntime, w.o.netshimOCI))
 	}
 	w.dockerd = harness.NewDockerd(filepath.Join(w.tmp, "docker"), dopts...)
 	if err := os.MkdirAll(w.dockerd.Dir, 0o755); err != nil {
@@ -273,16 +275,17 @@ func (w *world) stopRun(rw *runWorld) error {
 		if rw.artifacts != "" {
 			copyFile(rw.netshim.LogPath, filepath.Join(rw.artifacts, "netshim.log"))
 		}
-		errs = append(errs, w.audit(rw.netshim.RootDir))
+		errs = append(errs, w.audit(rw.netshim.RootDir, rw.netshim.NetNSDir))
 	}
 	return errors.Join(errs...)
 }
 
 // audit checks that no pod of the run left anything: containers in the
 // private engine (all of its containers are the bench's), checkpoints in
-// netshim's root, IPs in host-local's store, veths on the bridge, the
-// portmap and firewall plugins' rules.
-func (w *world) audit(netshimRoot string) error {
+// netshim's root, pinned network namespaces in its netns dir, IPs in
+// host-local's store, veths on the bridge, the portmap and firewall
+// plugins' rules.
+func (w *world) audit(netshimRoot, netnsDir string) error {
 	var leaks []string
 	if out, err := w.dockerd.Docker("ps", "-aq"); err != nil {
 		leaks = append(leaks, fmt.Sprintf("docker ps: %v", err))
@@ -291,6 +294,9 @@ func (w *world) audit(netshimRoot string) error {
 	}
 	if cps, _ := os.ReadDir(filepath.Join(netshimRoot, "sandbox")); len(cps) > 0 {
 		leaks = append(leaks, fmt.Sprintf("%d checkpoint(s) left in %s/sandbox", len(cps), netshimRoot))
+	}
+	if nss, _ := os.ReadDir(netnsDir); len(nss) > 0 {
+		leaks = append(leaks, fmt.Sprintf("%d pinned netns left in %s", len(nss), netnsDir))
 	}
 	_, subnet, _ := net.ParseCIDR(subnetCIDR)
 	entries, _ := os.ReadDir(filepath.Join(w.ipamDir, networkName))
