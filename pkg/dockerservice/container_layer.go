@@ -75,6 +75,11 @@ type layerUsage struct {
 	// unresolved remembers, per container, the pid whose mountinfo gave
 	// no layer, so that it is not read again every sync.
 	unresolved map[string]int
+	// syncedGen is the store generation the last sync followed (the
+	// loop's own); a sync with nothing new in the store has nothing to
+	// do.
+	syncedGen uint64
+	synced    bool
 	// kick asks the loop for a sync now.
 	kick chan struct{}
 
@@ -153,6 +158,12 @@ func (l *layerUsage) syncNow() {
 // sync tracks the layers of the index's workload containers and forgets
 // those of containers gone from it.
 func (l *layerUsage) sync() {
+	// Read before the list: a change made meanwhile is followed next time.
+	gen := l.store.Generation()
+	if l.synced && gen == l.syncedGen {
+		return
+	}
+	l.syncedGen, l.synced = gen, true
 	recs := l.store.List(store.KindContainer)
 	listed := make(map[string]bool, len(recs))
 	for _, rec := range recs {
