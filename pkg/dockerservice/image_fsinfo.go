@@ -326,45 +326,6 @@ func readLayerIDs(dir string, known, learned map[string][]string, files ...strin
 	return out
 }
 
-// diskUsage measures a tree like `du -x`: allocated bytes and inodes, each
-// hard-linked inode once, symlinks not followed, and nothing on another
-// device (a running container's overlay mount at <layer>/merged would
-// count the whole image again). Entries that vanish during the walk are
-// skipped.
-func diskUsage(root string, dev uint64) fsUsage {
-	var u fsUsage
-	seen := map[uint64]bool{}
-	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d == nil {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		st, ok := info.Sys().(*syscall.Stat_t)
-		if !ok {
-			return nil
-		}
-		if st.Dev != dev {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !d.IsDir() && st.Nlink > 1 {
-			if seen[st.Ino] {
-				return nil
-			}
-			seen[st.Ino] = true
-		}
-		u.inodes++
-		u.bytes += uint64(st.Blocks) * 512
-		return nil
-	})
-	return u
-}
-
 // containerdSnapshotter is the driver-type Docker reports in DriverStatus
 // when images live in containerd's image store (the default from Docker
 // 29): the "driver" is a containerd snapshotter.
