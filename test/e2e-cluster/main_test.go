@@ -282,16 +282,12 @@ func preflight() error {
 		return err
 	}
 	for _, cidr := range []string{clusterCIDR, nodeIP + "/32"} {
-		for _, sel := range []string{"match", "root"} {
-			out, err := harness.RunCmd("ip", "-4", "route", "show", sel, cidr)
-			if err != nil {
-				return fmt.Errorf("ip route show %s %s: %w: %s", sel, cidr, err, out)
-			}
-			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-				if l != "" && !strings.HasPrefix(l, "default") {
-					return fmt.Errorf("%s, which the run needs, overlaps a route here: %s", cidr, l)
-				}
-			}
+		overlap, err := harness.RoutesOverlapping(cidr)
+		if err != nil {
+			return err
+		}
+		if len(overlap) > 0 {
+			return fmt.Errorf("%s, which the run needs, overlaps a route here: %s", cidr, overlap[0])
 		}
 	}
 	return nil

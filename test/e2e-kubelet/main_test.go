@@ -373,17 +373,9 @@ func (w *world) preflight() error {
 	}
 	l.Close()
 	// Routes that contain the subnet (but the default one) or lie in it.
-	var overlap []string
-	for _, sel := range []string{"match", "root"} {
-		out, err := harness.RunCmd("ip", "-4", "route", "show", sel, subnetCIDR)
-		if err != nil {
-			return fmt.Errorf("ip route show %s %s: %w: %s", sel, subnetCIDR, err, out)
-		}
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			if line != "" && !strings.HasPrefix(line, "default") {
-				overlap = append(overlap, line)
-			}
-		}
+	overlap, err := harness.RoutesOverlapping(subnetCIDR)
+	if err != nil {
+		return err
 	}
 	if len(overlap) > 0 {
 		return fmt.Errorf("%s, which the test needs, overlaps a route here: %s", subnetCIDR, strings.Join(overlap, "; "))

@@ -97,17 +97,9 @@ func preflight() error {
 	if _, err := os.Stat(filepath.Join("/sys/class/net", bridgeName)); err == nil {
 		return fmt.Errorf("bridge %s exists already (another run? `ip link del %s` if none)", bridgeName, bridgeName)
 	}
-	var overlap []string
-	for _, sel := range []string{"match", "root"} {
-		out, err := harness.RunCmd("ip", "-4", "route", "show", sel, subnetCIDR)
-		if err != nil {
-			return fmt.Errorf("ip route show %s %s: %w: %s", sel, subnetCIDR, err, out)
-		}
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			if line != "" && !strings.HasPrefix(line, "default") {
-				overlap = append(overlap, line)
-			}
-		}
+	overlap, err := harness.RoutesOverlapping(subnetCIDR)
+	if err != nil {
+		return err
 	}
 	if len(overlap) > 0 {
 		return fmt.Errorf("%s, which the bench needs, overlaps a route here: %s", subnetCIDR, strings.Join(overlap, "; "))
