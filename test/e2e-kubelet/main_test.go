@@ -270,11 +270,7 @@ func (w *world) setUp(ctx context.Context) error {
 				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
 				"dataDir": ipamDir,
 			}),
-			harness.WithoutPortmap(),
-			harness.WithPlugins(
-				map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
-				map[string]any{"type": "firewall"},
-			),
+			harness.WithFirewall(),
 		),
 	)
 	if err != nil {

@@ -25,6 +25,7 @@ type conflist struct {
 	portmap      bool
 	chain        []map[string]any
 	fileName     string
+	firewall     bool
 }
 
 // ConflistOption changes the network config Conflist builds.
@@ -60,6 +61,10 @@ func WithIPAM(ipam map[string]any) ConflistOption { return func(c *conflist) { c
 func WithPlugins(plugins ...map[string]any) ConflistOption {
 	return func(c *conflist) { c.extra = append(c.extra, plugins...) }
 }
+
+// WithFirewall ends the chain with the firewall plugin, which lets pod
+// traffic that crosses the bridge through Docker's FORWARD policy (DROP).
+func WithFirewall() ConflistOption { return func(c *conflist) { c.firewall = true } }
 
 // WithoutPortmap leaves portmap out of the chain.
 func WithoutPortmap() ConflistOption { return func(c *conflist) { c.portmap = false } }
@@ -131,6 +136,9 @@ func (c *conflist) encode() ([]byte, error) {
 		plugins = append([]map[string]any{bridge}, c.extra...)
 		if c.portmap {
 			plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}})
+		}
+		if c.firewall {
+			plugins = append(plugins, map[string]any{"type": "firewall"})
 		}
 	}
 	data, err := json.MarshalIndent(map[string]any{

@@ -47,6 +47,15 @@ func TestConflist(t *testing.T) {
 			},
 		},
 		{
+			name: "firewall after portmap",
+			opts: []ConflistOption{WithBridge("b"), WithFirewall()},
+			check: func(t *testing.T, _ string, p []plugin) {
+				if len(p) != 3 || p[1]["type"] != "portmap" || p[2]["type"] != "firewall" {
+					t.Fatalf("plugins %v", p)
+				}
+			},
+		},
+		{
 			name: "replaced IPAM, no portmap",
 			opts: []ConflistOption{WithBridge("b"), WithIPAM(plugin{"type": "slow-ipam"}), WithoutPortmap()},
 			check: func(t *testing.T, _ string, p []plugin) {

@@ -200,11 +200,7 @@ func (w *world) startRun(ctx context.Context, r run, rw *runWorld) error {
 				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
 				"dataDir": w.ipamDir,
 			}),
-			harness.WithoutPortmap(),
-			harness.WithPlugins(
-				map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
-				map[string]any{"type": "firewall"},
-			),
+			harness.WithFirewall(),
 		),
 	)
 	if err != nil {

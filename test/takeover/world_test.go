@@ -187,11 +187,7 @@ func newWorld(t *testing.T, cfg config) *world {
 			"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
 			"dataDir": w.ipamDir,
 		}),
-		harness.WithoutPortmap(),
-		harness.WithPlugins(
-			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
-			map[string]any{"type": "firewall"},
-		),
+		harness.WithFirewall(),
 	)
 	w.startCRIDockerd()
 	return w
