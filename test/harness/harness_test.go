@@ -48,7 +48,7 @@ func TestConflist(t *testing.T) {
 		},
 		{
 			name: "firewall after portmap",
-			opts: []ConflistOption{WithBridge("b"), WithFirewall()},
+			opts: []ConflistOption{WithBridge("b"), WithSubnets("10.9.0.0/24"), WithFirewall()},
 			check: func(t *testing.T, _ string, p []plugin) {
 				if len(p) != 3 || p[1]["type"] != "portmap" || p[2]["type"] != "firewall" {
 					t.Fatalf("plugins %v", p)
