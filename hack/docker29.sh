@@ -164,6 +164,13 @@ alive() {
   [[ -n "$s" && "$s" != Z && "$(cat "/proc/$1/comm" 2>/dev/null)" == "$2" ]]
 }
 
+# lives PID: PID is a process that has not exited (a zombie has).
+lives() {
+  local s
+  s=$(proc_state "$1")
+  [[ -n "$s" && "$s" != Z ]]
+}
+
 now_us() { echo "${EPOCHREALTIME/[.,]/}"; }
 
 # wait_gone PID COMM SECONDS: true once PID has exited (or is a zombie).
@@ -205,13 +212,16 @@ pid_of() {
 }
 
 # wait_until WHAT PID COMM LOG CHECK...: waits (START_TIMEOUT) until CHECK succeeds
-# while PID lives.
+# while PID lives, then checks that PID is COMM.
 wait_until() {
   local what=$1 pid=$2 comm=$3 log=$4
   shift 4
   local deadline=$(($(now_us) + START_TIMEOUT * 1000000))
   until "$@"; do
-    if ! alive "$pid" "$comm"; then
+    # Only "the process is gone" here, not alive's name check: until the
+    # daemon() subshell has exec'd setsid and setsid the daemon, its name is
+    # bash or setsid, and a slow machine can be looked at in between.
+    if ! lives "$pid"; then
       log_tail "$log"
       die "$what (PID $pid) exited before answering"
     fi
@@ -221,6 +231,8 @@ wait_until() {
     fi
     sleep 0.2
   done
+  # Answering, the daemon has its own name: the PID recorded is really it.
+  alive "$pid" "$comm" || die "$what answers, but PID $pid is not $comm: its PID file would be wrong"
 }
 
 # daemon LOG CMD...: starts CMD in a session of its own, in the background, with
