@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
@@ -418,6 +419,12 @@ func setSecurityContext(config *container.Config, hc *container.HostConfig, sc *
 	}
 	if se := sc.GetSelinuxOptions(); se != nil {
 		for _, kv := range [][2]string{{"user", se.GetUser()}, {"role", se.GetRole()}, {"type", se.GetType()}, {"level", se.GetLevel()}} {
+			// No SELinux user, role, type or level has a control
+			// character; refusing them keeps a newline out of Docker's
+			// security options.
+			if strings.ContainsFunc(kv[1], unicode.IsControl) {
+				return invalidArgf("SELinux %s %q contains a control character", kv[0], kv[1])
+			}
 			if kv[1] != "" {
 				hc.SecurityOpt = append(hc.SecurityOpt, "label="+kv[0]+":"+kv[1])
 			}
