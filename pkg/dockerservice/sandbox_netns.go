@@ -67,6 +67,12 @@ func (ds *DockerService) sandboxNetNSMode(ctx context.Context) netnsMode {
 		return netnsMode{SandboxNetNSDocker, "--sandbox-netns=docker"}
 	}
 	r := ds.runtimes.get(ctx, runtimesReadTimeout)
+	if r != nil && r.hasWrapper && ds.cfg.SandboxNetNS == SandboxNetNSAuto && r.defaultRuntime != "" && r.defaultRuntime != "runc" {
+		// The wrapper execs runc: on an engine whose default runtime is
+		// another (gVisor, say), auto must not move the pause containers
+		// of default-handler pods to runc.
+		return netnsMode{SandboxNetNSDocker, fmt.Sprintf("--sandbox-netns=auto and the Docker engine's default runtime is %q, not runc, which %s execs", r.defaultRuntime, OCIWrapperRuntime)}
+	}
 	if r != nil && r.hasWrapper {
 		return netnsMode{SandboxNetNSPinned, fmt.Sprintf("--sandbox-netns=%s and the Docker engine has runtime %s", ds.cfg.SandboxNetNS, OCIWrapperRuntime)}
 	}

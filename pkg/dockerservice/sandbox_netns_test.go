@@ -31,12 +31,20 @@ func withWrapper(e *testEnv) {
 // whose engine has the wrapper when wrapper is set.
 func newPinnedEnv(t *testing.T, mode string, wrapper bool) (*testEnv, string) {
 	t.Helper()
+	return newPinnedEnvDefault(t, mode, wrapper, "runc")
+}
+
+// newPinnedEnvDefault is newPinnedEnv on an engine whose default runtime
+// is defaultRuntime.
+func newPinnedEnvDefault(t *testing.T, mode string, wrapper bool, defaultRuntime string) (*testEnv, string) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "netns")
 	docker := newFakeDocker()
+	docker.info.Runtimes = map[string]system.RuntimeWithStatus{"runc": {}, defaultRuntime: {}}
 	if wrapper {
-		docker.info.Runtimes = map[string]system.RuntimeWithStatus{"runc": {}, OCIWrapperRuntime: {}}
+		docker.info.Runtimes[OCIWrapperRuntime] = system.RuntimeWithStatus{}
 	}
-	docker.info.DefaultRuntime = "runc"
+	docker.info.DefaultRuntime = defaultRuntime
 	e := newTestEnvWith(t, docker, func(c *Config) { c.SandboxNetNS, c.NetNSDir = mode, dir })
 	return e, dir
 }
@@ -63,14 +71,17 @@ func listDir(t *testing.T, dir string) []string {
 
 func TestUsePinnedNetNS(t *testing.T) {
 	for _, tc := range []struct {
-		name        string
-		mode        string
-		wrapper     bool
-		hostNetwork bool
-		handler     string
-		want        bool
-		wantCode    codes.Code
+		name           string
+		mode           string
+		wrapper        bool
+		hostNetwork    bool
+		handler        string
+		defaultRuntime string
+		want           bool
+		wantCode       codes.Code
 	}{
+		{name: "auto, engine default is not runc", mode: SandboxNetNSAuto, wrapper: true, defaultRuntime: "runsc"},
+		{name: "pinned, engine default is not runc: the operator's choice", mode: SandboxNetNSPinned, wrapper: true, defaultRuntime: "runsc", want: true},
 		{name: "docker mode", mode: SandboxNetNSDocker, wrapper: true},
 		{name: "auto with wrapper", mode: SandboxNetNSAuto, wrapper: true, want: true},
 		{name: "auto without wrapper", mode: SandboxNetNSAuto},
@@ -80,7 +91,11 @@ func TestUsePinnedNetNS(t *testing.T) {
 		{name: "RuntimeClass handler", mode: SandboxNetNSPinned, wrapper: true, handler: "runc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, _ := newPinnedEnv(t, tc.mode, tc.wrapper)
+			def := tc.defaultRuntime
+			if def == "" {
+				def = "runc"
+			}
+			e, _ := newPinnedEnvDefault(t, tc.mode, tc.wrapper, def)
 			got, err := e.ds.usePinnedNetNS(context.Background(), tc.hostNetwork, tc.handler)
 			if codeOf(err) != tc.wantCode {
 				t.Fatalf("error = %v, want code %v", err, tc.wantCode)
