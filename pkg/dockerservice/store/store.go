@@ -61,6 +61,10 @@ type Record struct {
 	// Extra carries runtime-specific decoded data (e.g. parsed CRI
 	// labels); the store never looks inside.
 	Extra any
+	// Local marks a record netshim keeps for something that is not a
+	// Docker container (a pause-less sandbox): Docker's listings never
+	// drop it, only Delete does.
+	Local bool
 
 	gen uint64
 }
@@ -291,7 +295,7 @@ func (s *Store) Replace(all []*Record, since uint64) {
 		}
 	}
 	for id, r := range s.byID {
-		if !listed[id] && r.gen <= since {
+		if !listed[id] && r.gen <= since && !r.Local {
 			// A change like any other: answers cached by generation
 			// must not outlive it (a listing that only drops records,
 			// the last ones among them, stores nothing).

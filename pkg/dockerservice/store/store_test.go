@@ -221,3 +221,22 @@ func TestEveryChangeMovesTheGeneration(t *testing.T) {
 		t.Errorf("%d records, want 1 (c)", s.Len())
 	}
 }
+
+func TestReplaceKeepsLocalRecords(t *testing.T) {
+	s := New()
+	local := sandbox("pauseless")
+	local.Local = true
+	s.Put(local)
+	s.Put(sandbox("gone"))
+	s.Replace(nil, s.Generation())
+	if _, ok := s.Get("pauseless"); !ok {
+		t.Error("a Docker listing dropped a record that is not a Docker container")
+	}
+	if _, ok := s.Get("gone"); ok {
+		t.Error("a container missing from the listing was kept")
+	}
+	s.Delete("pauseless")
+	if _, ok := s.Get("pauseless"); ok {
+		t.Error("Delete left a local record")
+	}
+}
