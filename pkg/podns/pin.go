@@ -164,7 +164,37 @@ func pinOnThisThread(flags int, paths Paths) error {
 	return err
 }
 
-// Remove unpins a namespace: unmounts the file (the namespace goes away
+// shmSuffix names a pod's /dev/shm directory.
+const shmSuffix = ".shm"
+
+// ShmPath is where MountShm puts the /dev/shm of a name.
+func (p *Pinner) ShmPath(name string) string { return filepath.Join(p.dir, name+shmSuffix) }
+
+// MountShm makes a pod's shared /dev/shm: a tmpfs of size bytes on the
+// directory ShmPath(name), which each container of the pod binds. (Docker
+// gives each container with a private IPC namespace a /dev/shm of its own;
+// a pod's containers share theirs, as they do with a pause container's.)
+// On failure nothing is left behind.
+func (p *Pinner) MountShm(name string, size int64) (string, error) {
+	if name == "" || strings.ContainsAny(name, "/,=") || name == "." || name == ".." {
+		return "", fmt.Errorf("shm name %q: want a plain file name", name)
+	}
+	if err := os.MkdirAll(p.dir, 0o711); err != nil {
+		return "", fmt.Errorf("creating the pinned namespace directory: %w", err)
+	}
+	path := p.ShmPath(name)
+	if err := os.Mkdir(path, 0o700); err != nil {
+		return "", fmt.Errorf("creating the mount point of a pod's /dev/shm: %w", err)
+	}
+	opts := fmt.Sprintf("mode=1777,size=%d", size)
+	if err := unix.Mount("shm", path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		_ = os.Remove(path)
+		return "", fmt.Errorf("mounting a pod's /dev/shm on %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// Remove unpins a namespace (or unmounts a pod's /dev/shm): unmounts the file (the namespace goes away
 // with its last user) and deletes it. A path already gone is not an error,
 // so teardown can call it again.
 func (p *Pinner) Remove(path string) error {
@@ -183,7 +213,8 @@ func (p *Pinner) Remove(path string) error {
 }
 
 // List returns the paths of every file in the directory, sorted: the
-// pinned namespaces, and mount points a crash left half made.
+// pinned namespaces, the pods' /dev/shm directories, and mount points a
+// crash left half made.
 func (p *Pinner) List() ([]string, error) {
 	entries, err := os.ReadDir(p.dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -194,7 +225,7 @@ func (p *Pinner) List() ([]string, error) {
 	}
 	out := make([]string, 0, len(entries))
 	for _, e := range entries {
-		if !e.IsDir() {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), shmSuffix) {
 			out = append(out, filepath.Join(p.dir, e.Name()))
 		}
 	}

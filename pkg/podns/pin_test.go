@@ -159,3 +159,44 @@ func TestPinnedNetnsIsUsable(t *testing.T) {
 		t.Errorf("links in a new pinned netns = %q, want only lo", a.names)
 	}
 }
+
+func TestMountShmAndRemove(t *testing.T) {
+	requireRoot(t)
+	p := NewPinner(filepath.Join(t.TempDir(), "netns"))
+	path, err := p.MountShm("pod-s", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Remove(path) })
+	if path != p.ShmPath("pod-s") || !p.Owns(path) {
+		t.Errorf("path %s: want %s, owned", path, p.ShmPath("pod-s"))
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Type != unix.TMPFS_MAGIC {
+		t.Errorf("filesystem type %#x, want tmpfs", st.Type)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Errorf("mode %v (%v): want 1777, as /dev/shm", fi.Mode(), err)
+	}
+	if got, err := p.List(); err != nil || len(got) != 1 || got[0] != path {
+		t.Errorf("List = %v, %v; want the shm directory", got, err)
+	}
+	if _, err := p.MountShm("pod-s", 1<<20); err == nil {
+		t.Error("a second mount on an existing pod's /dev/shm was accepted")
+	}
+	if err := p.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after Remove: %v", err)
+	}
+	if err := p.Remove(path); err != nil {
+		t.Errorf("second Remove: %v", err)
+	}
+	if _, err := p.MountShm("a/b", 1); err == nil {
+		t.Error("a name with a slash was accepted")
+	}
+}
