@@ -80,6 +80,45 @@ type PodSandbox struct {
 	// container's own netns. Teardown DELs with it, also after the
 	// container is gone, and then removes it.
 	NetNS string `json:"netns,omitempty"`
+	// Pauseless is set for a sandbox that has no infra container
+	// (--sandbox-netns=pauseless): netshim holds all of its namespaces,
+	// and this checkpoint is the only record of the sandbox. nil for a
+	// sandbox with an infra container.
+	Pauseless *Pauseless `json:"pauseless,omitempty"`
+}
+
+// Pauseless is what a sandbox without an infra container needs beyond
+// the fields every sandbox has: the namespaces and files its containers
+// join, what the pod asked of them, and the sandbox's CRI identity, which
+// for other sandboxes lives in the infra container's labels.
+type Pauseless struct {
+	// IPC and UTS are the pinned namespaces (bind mounts in netshim's
+	// --netns-dir, like NetNS); Shm is the pod's /dev/shm, a tmpfs
+	// there too, bound into each container.
+	IPC string `json:"ipc"`
+	UTS string `json:"uts"`
+	Shm string `json:"shm,omitempty"`
+	// Labels are the Docker labels an infra container would have had:
+	// they carry the sandbox's CRI metadata, labels, annotations and
+	// namespace options in the format netshim decodes for every sandbox.
+	Labels map[string]string `json:"labels"`
+	// What every container of the pod is created with: Docker writes
+	// hostname and resolv.conf per container, and runc applies the
+	// pod's namespaced sysctls in the shared namespaces.
+	Hostname     string            `json:"hostname,omitempty"`
+	DNS          *DNS              `json:"dns,omitempty"`
+	Sysctls      map[string]string `json:"sysctls,omitempty"`
+	CgroupParent string            `json:"cgroupParent,omitempty"`
+	// Stopped is written by StopPodSandbox: a stopped pause-less sandbox
+	// stays NOTREADY across restarts, with or without its namespaces.
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// DNS is a pod's DNS configuration.
+type DNS struct {
+	Servers  []string `json:"servers,omitempty"`
+	Searches []string `json:"searches,omitempty"`
+	Options  []string `json:"options,omitempty"`
 }
 
 // Values of PodSandbox.Setup.
