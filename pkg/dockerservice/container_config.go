@@ -11,7 +11,10 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/strslice"
 	"github.com/docker/docker/api/types/versions"
+	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
 )
 
 // This file maps a CRI ContainerConfig to Docker's Config and HostConfig.
@@ -64,6 +67,10 @@ type containerDockerInput struct {
 	// selinux says SELinux is enabled on the host: only then can a mount's
 	// relabel request change anything.
 	selinux bool
+	// pauseless is the checkpoint of a pause-less sandbox: the container
+	// joins its pinned namespaces through the OCI wrapper instead of an
+	// infra container's (container_pauseless.go). nil otherwise.
+	pauseless *checkpoint.PodSandbox
 }
 
 // containerDockerConfig maps a CRI container config to Docker's. Errors
@@ -104,7 +111,11 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 	}
 	hc.CgroupParent = in.cgroupParent
 
-	if err := setNamespaces(hc, in); err != nil {
+	if in.pauseless != nil {
+		if err := setPauselessNamespaces(config, hc, in); err != nil {
+			return nil, nil, err
+		}
+	} else if err := setNamespaces(hc, in); err != nil {
 		return nil, nil, err
 	}
 	binds, mounts, err := containerMounts(cfg.GetMounts(), in.apiVersion, in.selinux)
@@ -112,6 +123,7 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 		return nil, nil, err
 	}
 	fileBinds, fileMounts := sandboxFileBinds(cfg.GetMounts(), in, sc.GetReadonlyRootfs())
+	fileBinds = append(fileBinds, pauselessShmBind(cfg.GetMounts(), in)...)
 	hc.Binds, hc.Mounts = append(binds, fileBinds...), append(mounts, fileMounts...)
 
 	for _, d := range cfg.GetDevices() {
@@ -166,14 +178,25 @@ func setNamespaces(hc *container.HostConfig, in containerDockerInput) error {
 		hc.IpcMode = container.IpcMode(sandboxMode)
 	}
 
+	return setPidAndUserns(hc, in, container.PidMode(sandboxMode))
+}
+
+// setPidAndUserns sets the pid namespace the CRI asks for, podPid being
+// the pod's shared one ("" when the sandbox has none), and refuses a user
+// namespace.
+func setPidAndUserns(hc *container.HostConfig, in containerDockerInput, podPid container.PidMode) error {
+	ns := in.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	switch ns.GetPid() {
 	case runtimeapi.NamespaceMode_NODE:
 		hc.PidMode = "host"
 	case runtimeapi.NamespaceMode_POD:
-		if in.sandboxNS.GetPid() == runtimeapi.NamespaceMode_NODE {
+		switch {
+		case in.sandboxNS.GetPid() == runtimeapi.NamespaceMode_NODE:
 			hc.PidMode = "host"
-		} else {
-			hc.PidMode = container.PidMode(sandboxMode)
+		case podPid == "":
+			return withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s was run without a shared pid namespace (it has no pause container); a container cannot join one: run the pod with pid namespace mode POD", in.sandboxID))
+		default:
+			hc.PidMode = podPid
 		}
 	case runtimeapi.NamespaceMode_CONTAINER:
 		// Its own pid namespace: Docker's default.

@@ -44,10 +44,10 @@ const (
 // ValidSandboxNetNSMode checks a --sandbox-netns value.
 func ValidSandboxNetNSMode(mode string) error {
 	switch mode {
-	case SandboxNetNSAuto, SandboxNetNSPinned, SandboxNetNSDocker:
+	case SandboxNetNSAuto, SandboxNetNSPinned, SandboxNetNSDocker, SandboxNetNSPauseless:
 		return nil
 	}
-	return fmt.Errorf("--sandbox-netns %q: want auto, pinned or docker", mode)
+	return fmt.Errorf("--sandbox-netns %q: want auto, pinned, pauseless or docker", mode)
 }
 
 // netnsMode is the sandbox netns mode in effect, and why.
@@ -73,6 +73,9 @@ func (ds *DockerService) sandboxNetNSMode(ctx context.Context) netnsMode {
 		// of default-handler pods to runc.
 		return netnsMode{SandboxNetNSDocker, fmt.Sprintf("--sandbox-netns=auto and the Docker engine's default runtime is %q, not runc, which %s execs", r.defaultRuntime, OCIWrapperRuntime)}
 	}
+	if r != nil && r.hasWrapper && ds.cfg.SandboxNetNS == SandboxNetNSPauseless {
+		return netnsMode{SandboxNetNSPauseless, fmt.Sprintf("--sandbox-netns=pauseless and the Docker engine has runtime %s; pods that share a PID namespace, use the node's IPC namespace or name a runtime handler keep a pause container", OCIWrapperRuntime)}
+	}
 	if r != nil && r.hasWrapper {
 		return netnsMode{SandboxNetNSPinned, fmt.Sprintf("--sandbox-netns=%s and the Docker engine has runtime %s", ds.cfg.SandboxNetNS, OCIWrapperRuntime)}
 	}
@@ -80,8 +83,8 @@ func (ds *DockerService) sandboxNetNSMode(ctx context.Context) netnsMode {
 	if r != nil {
 		why = fmt.Sprintf("the Docker engine has no runtime %s (it has %v)", OCIWrapperRuntime, r.names)
 	}
-	if ds.cfg.SandboxNetNS == SandboxNetNSPinned {
-		return netnsMode{"unavailable", "--sandbox-netns=pinned but " + why + ": RunPodSandbox fails until it is registered"}
+	if ds.cfg.SandboxNetNS == SandboxNetNSPinned || ds.cfg.SandboxNetNS == SandboxNetNSPauseless {
+		return netnsMode{"unavailable", "--sandbox-netns=" + ds.cfg.SandboxNetNS + " but " + why + ": RunPodSandbox fails until it is registered"}
 	}
 	return netnsMode{SandboxNetNSDocker, "--sandbox-netns=auto and " + why}
 }
@@ -97,7 +100,7 @@ func (ds *DockerService) usePinnedNetNS(ctx context.Context, hostNetwork bool, h
 		return false, nil
 	}
 	switch m := ds.sandboxNetNSMode(ctx); m.Mode {
-	case SandboxNetNSPinned:
+	case SandboxNetNSPinned, SandboxNetNSPauseless:
 		return true, nil
 	case SandboxNetNSDocker:
 		return false, nil
@@ -106,7 +109,7 @@ func (ds *DockerService) usePinnedNetNS(ctx context.Context, hostNetwork bool, h
 	if r, _ := ds.runtimes.refresh(ctx); r != nil && r.hasWrapper {
 		return true, nil
 	}
-	return false, withCode(codes.FailedPrecondition, fmt.Errorf("--sandbox-netns=pinned needs netshim's OCI runtime wrapper registered in the Docker engine as runtime %q (daemon.json \"runtimes\": {%q: {\"path\": \"/usr/bin/netshim-oci\"}}, then SIGHUP dockerd), or run netshim with --sandbox-netns=auto", OCIWrapperRuntime, OCIWrapperRuntime))
+	return false, withCode(codes.FailedPrecondition, fmt.Errorf("--sandbox-netns=%s needs netshim's OCI runtime wrapper registered in the Docker engine as runtime %q (daemon.json \"runtimes\": {%q: {\"path\": \"/usr/bin/netshim-oci\"}}, then SIGHUP dockerd), or run netshim with --sandbox-netns=auto", ds.cfg.SandboxNetNS, OCIWrapperRuntime, OCIWrapperRuntime))
 }
 
 // labelNetNS names a sandbox's pinned netns on its infra container: the
@@ -154,21 +157,24 @@ func (ds *DockerService) pinnedNetNS(cp *checkpoint.PodSandbox) (string, bool) {
 	return cp.NetNS, true
 }
 
-// releasePinnedNetNS removes a sandbox's pinned netns once its network is
-// torn down. Idempotent. A pause container still running keeps the
-// namespace alive without the file.
-func (ds *DockerService) releasePinnedNetNS(cp *checkpoint.PodSandbox) error {
-	if cp == nil || cp.NetNS == "" || ds.pinner == nil {
+// releasePinnedNamespaces removes a sandbox's pinned netns (and, for a
+// pause-less sandbox, its other namespaces and /dev/shm) once its network
+// is torn down and its containers stopped. Idempotent. A container still
+// running keeps a namespace alive without its file.
+func (ds *DockerService) releasePinnedNamespaces(cp *checkpoint.PodSandbox) error {
+	if cp == nil || ds.pinner == nil {
 		return nil
 	}
-	if !ds.pinner.Owns(cp.NetNS) {
-		// A checkpoint naming a file elsewhere is not netshim's to
-		// remove; nothing netshim made is left there.
-		klog.InfoS("WARNING: sandbox checkpoint names a netns outside --netns-dir; not removing it", "podSandboxID", cp.SandboxID, "netns", cp.NetNS, "netnsDir", ds.pinner.Dir())
-		return nil
-	}
-	if err := ds.pinner.Remove(cp.NetNS); err != nil {
-		return fmt.Errorf("pod sandbox %s: %w", cp.SandboxID, err)
+	for _, f := range pauselessFiles(cp) {
+		if !ds.pinner.Owns(f) {
+			// A checkpoint naming a file elsewhere is not netshim's to
+			// remove; nothing netshim made is left there.
+			klog.InfoS("WARNING: sandbox checkpoint names a namespace outside --netns-dir; not removing it", "podSandboxID", cp.SandboxID, "path", f, "netnsDir", ds.pinner.Dir())
+			continue
+		}
+		if err := ds.pinner.Remove(f); err != nil {
+			return fmt.Errorf("pod sandbox %s: %w", cp.SandboxID, err)
+		}
 	}
 	return nil
 }
@@ -197,8 +203,8 @@ func (ds *DockerService) sweepPinnedNetNS() {
 	used := map[string]bool{}
 	ds.mu.Lock()
 	for _, cp := range ds.sandboxes {
-		if cp.NetNS != "" {
-			used[cp.NetNS] = true
+		for _, f := range pauselessFiles(cp) {
+			used[f] = true
 		}
 	}
 	ds.mu.Unlock()

@@ -32,16 +32,19 @@ func (ds *DockerService) RemovePodSandbox(ctx context.Context, r *runtimeapi.Rem
 			return nil, fmt.Errorf("removing container %s of pod sandbox %s: %w", c.ID, ref.id, err)
 		}
 	}
-	if ref.rec != nil {
+	if ref.rec != nil && !ref.rec.Local {
 		if err := ds.removeContainer(ctx, ref.id); err != nil {
 			return nil, fmt.Errorf("removing infra container of pod sandbox %s: %w", ref.id, err)
 		}
 	}
-	if err := ds.releasePinnedNetNS(ref.checkpointOrLabels()); err != nil {
+	if err := ds.releasePinnedNamespaces(ref.checkpointOrLabels()); err != nil {
 		return nil, err
 	}
 	if err := ds.removeCheckpoint(ref.id); err != nil {
 		return nil, err
+	}
+	if ref.rec != nil && ref.rec.Local {
+		ds.store.Delete(ref.id) // a pause-less sandbox: nothing in Docker
 	}
 	ds.removeCRIDockerdCheckpoint(ctx, ref.id) // adopt.go
 	return &runtimeapi.RemovePodSandboxResponse{}, nil

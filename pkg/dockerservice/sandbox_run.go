@@ -47,6 +47,13 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	defer release()
 
 	t := newStepTimer(ctx, "RunPodSandbox", "pod", klog.KRef(md.Namespace, md.Name))
+	path, err := ds.chooseSandboxPath(ctx, cfg, r.GetRuntimeHandler())
+	if err != nil {
+		return nil, err
+	}
+	if path == sandboxPauseless {
+		return ds.runPauselessSandbox(ctx, cfg, name, t) // sandbox_pauseless.go
+	}
 	image := ds.cfg.PodInfraImage
 	if err := ds.ensureImage(ctx, image); err != nil {
 		return nil, err
@@ -58,10 +65,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		return nil, err
 	}
 	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
-	pinned, err := ds.usePinnedNetNS(ctx, hostNetwork, r.GetRuntimeHandler())
-	if err != nil {
-		return nil, err
-	}
+	pinned := path == sandboxPinned
 	var netns string
 	if pinned {
 		paths, done, err := ds.pinSandboxNetNS()
@@ -270,7 +274,9 @@ func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.P
 			logger.Error(err, "Failed to tear down the network of a sandbox whose setup failed; keeping its checkpoint for a later retry", log...)
 		}
 	}
-	if err := ds.removeContainer(ctx, cp.SandboxID); err != nil {
+	if cp.Pauseless != nil {
+		// No container: the index's record goes with the checkpoint.
+	} else if err := ds.removeContainer(ctx, cp.SandboxID); err != nil {
 		// Keep the checkpoint too: with it the sandbox stays listed,
 		// NOTREADY (its setup is still "pending"), for kubelet or an
 		// operator to stop and remove. Without it a running container
@@ -279,7 +285,7 @@ func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.P
 		logger.Error(err, "Failed to remove infra container of a failed sandbox; keeping its checkpoint so that it is reported NOTREADY", log...)
 	}
 	if !keepCheckpoint {
-		if err := ds.releasePinnedNetNS(cp); err != nil {
+		if err := ds.releasePinnedNamespaces(cp); err != nil {
 			// Keep the checkpoint, which names the file for Remove.
 			keepCheckpoint = true
 			logger.Error(err, "Failed to remove the pinned netns of a failed sandbox; keeping its checkpoint so that RemovePodSandbox retries", log...)
@@ -288,6 +294,14 @@ func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.P
 	if !keepCheckpoint {
 		if err := ds.removeCheckpoint(cp.SandboxID); err != nil {
 			logger.Error(err, "Failed to remove checkpoint of a failed sandbox", log...)
+		} else if cp.Pauseless != nil {
+			ds.store.Delete(cp.SandboxID)
+		}
+	} else if cp.Pauseless != nil {
+		// Listed NOTREADY (its setup is still "pending") until kubelet
+		// or an operator stops and removes it.
+		if err := ds.stopPauselessSandbox(cp.SandboxID); err != nil {
+			logger.Error(err, "Failed to mark a failed pause-less sandbox stopped", log...)
 		}
 	}
 }

@@ -135,7 +135,12 @@ func (ds *DockerService) stopSandbox(ctx context.Context, ref sandboxRef) error 
 		t.step("network")
 	}
 
-	if ref.rec != nil {
+	if ref.rec != nil && ref.rec.Local {
+		if err := ds.stopPauselessSandbox(ref.id); err != nil {
+			return errors.Join(tearDownErr, fmt.Errorf("stopping pod sandbox %s: %w", ref.id, err))
+		}
+		t.step("sandbox")
+	} else if ref.rec != nil {
 		if err := ds.stopContainer(ctx, ref.id); err != nil {
 			return errors.Join(tearDownErr, fmt.Errorf("stopping infra container of pod sandbox %s: %w", ref.id, err))
 		}
@@ -157,7 +162,7 @@ func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandbox
 	// The DEL had the pinned netns; nothing needs it any more. A failure
 	// is only logged: the network is down, and Remove tries again
 	// before the checkpoint that names the file goes.
-	if err := ds.releasePinnedNetNS(cp); err != nil {
+	if err := ds.releasePinnedNamespaces(cp); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to remove a torn-down sandbox's pinned netns; RemovePodSandbox retries", "podSandboxID", ref.id)
 	}
 	if ref.cp == nil {

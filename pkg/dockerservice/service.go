@@ -187,9 +187,10 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		// Also in the docker mode: sandboxes made while pinned still
 		// tear down with, and then remove, the netns they name.
 		ds.pinner = podns.NewPinner(cfg.NetNSDir)
-	} else if cfg.SandboxNetNS == SandboxNetNSAuto || cfg.SandboxNetNS == SandboxNetNSPinned {
+	} else if cfg.SandboxNetNS == SandboxNetNSAuto || cfg.SandboxNetNS == SandboxNetNSPinned || cfg.SandboxNetNS == SandboxNetNSPauseless {
 		return nil, fmt.Errorf("--sandbox-netns=%s needs a --netns-dir", cfg.SandboxNetNS)
 	}
+	ds.restorePauselessSandboxes() // sandbox_pauseless.go
 	plugin, err := network.InitNetworkPlugin(plugins, cfg.NetworkPluginName, &networkHost{ds}, cfg.Network)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,103 @@
+package dockerservice
+
+import (
+	"path/filepath"
+
+	"github.com/docker/docker/api/types/container"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/podns"
+)
+
+// devShm is where a pod's shared /dev/shm is bound in its containers.
+const devShm = "/dev/shm"
+
+// setPauselessNamespaces puts a container of a pause-less sandbox in its
+// pod (sandbox_pauseless.go). Docker is asked for namespaces of the
+// container's own (network none, a private IPC namespace, its own UTS
+// namespace), and the marker names the pod's pinned ones, which the OCI
+// wrapper puts in their place before runc runs. What a pause container
+// would have given the container comes from the checkpoint: the hostname
+// and resolv.conf (Docker writes both per container), the pod's namespaced
+// sysctls (runc applies them in the shared namespaces, the same values
+// for every container).
+func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, in containerDockerInput) error {
+	ns := in.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	cp := in.pauseless
+	pl := cp.Pauseless
+	paths := podns.Paths{}
+	if ns.GetNetwork() == runtimeapi.NamespaceMode_NODE {
+		// Only a client other than kubelet asks this of a container in a
+		// pod that has its own network: the node's, as setNamespaces does.
+		hc.NetworkMode, hc.UTSMode = "host", "host"
+	} else {
+		hc.NetworkMode = "none"
+		paths[podns.Net], paths[podns.UTS] = cp.NetNS, pl.UTS
+		config.Hostname = pl.Hostname
+		if pl.DNS != nil {
+			hc.DNS, hc.DNSSearch, hc.DNSOptions = pl.DNS.Servers, pl.DNS.Searches, pl.DNS.Options
+		}
+	}
+	if ns.GetIpc() == runtimeapi.NamespaceMode_NODE {
+		hc.IpcMode = "host"
+	} else {
+		hc.IpcMode = "private"
+		paths[podns.IPC] = pl.IPC
+	}
+	hc.Sysctls = podSysctlsFor(pl.Sysctls, paths)
+	if len(paths) > 0 {
+		config.Env = append(config.Env, paths.Env())
+	}
+	return setPidAndUserns(hc, in, "")
+}
+
+// podSysctlsFor keeps the pod's sysctls of the namespaces the container
+// shares with its pod: a network sysctl in a container on the node's
+// network would change the node's.
+func podSysctlsFor(sysctls map[string]string, paths podns.Paths) map[string]string {
+	if len(sysctls) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(sysctls))
+	for k, v := range sysctls {
+		parts, ok := splitSysctl(k)
+		if !ok {
+			continue // refused when the sandbox was run
+		}
+		var kind podns.Kind
+		switch namespacedSysctl(parts) {
+		case sysctlNet:
+			kind = podns.Net
+		case sysctlIPC:
+			kind = podns.IPC
+		case sysctlUTS:
+			kind = podns.UTS
+		default:
+			continue
+		}
+		if paths[kind] != "" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// pauselessShmBind binds the pod's /dev/shm into a container of a
+// pause-less sandbox, unless the container mounts its own there (an
+// emptyDir with medium Memory, often). Docker then makes no /dev/shm of
+// its own for the container.
+func pauselessShmBind(ms []*runtimeapi.Mount, in containerDockerInput) []string {
+	if in.pauseless == nil || in.pauseless.Pauseless.Shm == "" {
+		return nil
+	}
+	ns := in.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	if ns.GetIpc() == runtimeapi.NamespaceMode_NODE {
+		return nil
+	}
+	for _, m := range ms {
+		if filepath.Clean(m.GetContainerPath()) == devShm {
+			return nil
+		}
+	}
+	return []string{in.pauseless.Pauseless.Shm + ":" + devShm}
+}
