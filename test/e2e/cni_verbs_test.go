@@ -219,8 +219,7 @@ func TestCNIV11StatusAndCheck(t *testing.T) {
 	if got := e.networkCheck(id); got.Status != "ok" {
 		t.Fatalf("networkCheck of a fresh pod = %+v", got)
 	}
-	pid := strings.TrimSpace(mustRun(t, "docker", "inspect", "--format", "{{.State.Pid}}", id))
-	mustRun(t, "nsenter", "-t", pid, "-n", "ip", "-4", "addr", "flush", "dev", "eth0")
+	mustRun(t, "nsenter", "--net="+e.podNetNS(id), "ip", "-4", "addr", "flush", "dev", "eth0")
 	if got := e.networkCheck(id); got.Status != "failed" || got.Message == "" {
 		t.Fatalf("networkCheck after the address was flushed = %+v", got)
 	} else {
@@ -257,7 +256,7 @@ func TestCNIV11GCFreesIPsOfVanishedSandboxes(t *testing.T) {
 	ids := map[string]string{}
 	ips := map[string]string{}
 	for _, name := range []string{"live", "gone"} {
-		ids[name] = e.runp(e.writePodJSON(name))
+		ids[name] = e.runp(e.writePodJSON(name, withPauseContainer))
 		ips[name] = e.inspectp(ids[name]).Network.IP
 		if e.ipamStore()[ips[name]] != ids[name] {
 			t.Fatalf("%s's IP %s is not in host-local's store", name, ips[name])

@@ -348,9 +348,12 @@ func (e *env) listPodIDs() []string {
 
 // podConfig is a minimal sandbox config for a pod of this env, changed by
 // opts: in the env's namespace, with a log directory of its own in the
-// env's dir and the label leak-audit.sh looks for.
+// env's dir and the label leak-audit.sh looks for, and the namespace
+// options kubelet gives a pod that does not share its PID namespace (in
+// the pauseless mode, such a pod has no pause container).
 func (e *env) podConfig(name string, opts ...harness.PodOption) *runtimeapi.PodSandboxConfig {
 	return harness.Pod(name, append([]harness.PodOption{
+		kubeletPod,
 		harness.InNamespace(e.namespace),
 		harness.WithLogDirectory(filepath.Join(e.dir, "logs", name)),
 		harness.WithPodLabels(map[string]string{"nse2e": e.namespace}),

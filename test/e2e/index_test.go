@@ -29,7 +29,7 @@ func TestIndexFollowsDocker(t *testing.T) {
 		t.Helper()
 		ctx, cancel := e.rpcCtx()
 		defer cancel()
-		resp, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: e.podConfig(name)})
+		resp, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: e.podConfig(name, withPauseContainer)})
 		if err != nil {
 			t.Fatalf("RunPodSandbox %s: %v", name, err)
 		}

@@ -139,10 +139,10 @@ func (e *env) kubenetPodIPs(id string) []string {
 	return ips
 }
 
-// inPodNetNS runs a command in the network namespace of the pod's pause
-// container (the pause image has no shell to exec into).
+// inPodNetNS runs a command in the pod's network namespace (the pause
+// image has no shell to exec into, and a pause-less pod has none).
 func (e *env) inPodNetNS(id string, args ...string) (string, error) {
-	return runCmd("nsenter", append([]string{fmt.Sprintf("--net=/proc/%d/ns/net", e.pausePid(id))}, args...)...)
+	return runCmd("nsenter", append([]string{"--net=" + e.podNetNS(id)}, args...)...)
 }
 
 // pingFromPod pings ip from inside pod id until it answers (a fresh IPv6

@@ -81,7 +81,7 @@ func TestNetworkStartupTearDownOfDeadPod(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.start()
 	hostPort := e.hostPort(5)
-	dead, _ := e.runPodWith("dead", harness.WithHostPort(80, hostPort, runtimeapi.Protocol_TCP))
+	dead, _ := e.runPodWith("dead", withPauseContainer, harness.WithHostPort(80, hostPort, runtimeapi.Protocol_TCP))
 	alive, _ := e.runPodWith("alive")
 	deadIP, aliveIP := e.podIPs(dead)[0], e.podIPs(alive)[0]
 	if len(dnatRulesFor(natRules(t), hostPort)) == 0 {

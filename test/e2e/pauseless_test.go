@@ -28,8 +28,14 @@ func (e *env) pauselessFiles(id string) map[podns.Kind]string {
 }
 
 // kubeletPod is how kubelet runs a pod that does not share its PID
-// namespace (a zero NamespaceOption means POD for all three, sharing it).
+// namespace (a zero NamespaceOption means POD for all three, sharing it);
+// e.podConfig starts from it.
 var kubeletPod = harness.WithPodNamespaceModes(runtimeapi.NamespaceMode_POD, runtimeapi.NamespaceMode_CONTAINER, runtimeapi.NamespaceMode_POD)
+
+// withPauseContainer makes a pod that has a pause container in every
+// mode: one sharing its PID namespace. The tests of what happens when a
+// pause container dies or is removed behind netshim's back use it.
+var withPauseContainer = harness.WithPodNamespaceModes(runtimeapi.NamespaceMode_POD, runtimeapi.NamespaceMode_POD, runtimeapi.NamespaceMode_POD)
 
 // dockerExec runs a command in a container through docker exec.
 func dockerExec(t *testing.T, id string, cmd ...string) string {
@@ -49,7 +55,7 @@ func TestPauselessSandbox(t *testing.T) {
 	e := newEnv(t, envOptions{extraFlags: []string{"--sandbox-netns=pauseless"}})
 	e.start()
 	vethsBefore := e.vethsOnBridge()
-	podID, podCfg := e.runPodWith("pl", kubeletPod, harness.WithHostname("pl-host"),
+	podID, podCfg := e.runPodWith("pl", harness.WithHostname("pl-host"),
 		harness.WithPodDNS([]string{"192.0.2.53"}, []string{"pl.example"}, []string{"ndots:3"}),
 		harness.WithSysctls(map[string]string{"net.ipv4.ip_unprivileged_port_start": "1001", "kernel.shm_rmid_forced": "1"}))
 	files := e.pauselessFiles(podID)
@@ -113,7 +119,7 @@ func TestPauselessSandbox(t *testing.T) {
 
 	// A pod whose containers share a PID namespace needs a first process
 	// that is none of them: it keeps a pause container.
-	shared, _ := e.runPodWith("pl-pid", harness.WithPodNamespaceModes(runtimeapi.NamespaceMode_POD, runtimeapi.NamespaceMode_POD, runtimeapi.NamespaceMode_POD))
+	shared, _ := e.runPodWith("pl-pid", withPauseContainer)
 	if ids := e.pauseContainers(); len(ids) != 1 || ids[0] != shared {
 		t.Errorf("pause containers %v, want only the PID-sharing pod's %s", ids, shared)
 	}
@@ -164,7 +170,7 @@ func TestPauselessSandbox(t *testing.T) {
 func TestPauselessSurvivesRestart(t *testing.T) {
 	e := newEnv(t, envOptions{extraFlags: []string{"--sandbox-netns=pauseless"}})
 	e.start()
-	podID, podCfg := e.runPodWith("pl-restart", kubeletPod)
+	podID, podCfg := e.runPodWith("pl-restart")
 	files := e.pauselessFiles(podID)
 	ip := e.inspectp(podID).Network.IP
 	a := e.startContainer(podID, podCfg, "a", harness.WithCommand("sleep", "300"))

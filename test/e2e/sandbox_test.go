@@ -39,12 +39,12 @@ type podWithPort struct {
 // checkpoint with the mapping, Ready in `crictl pods`, the IP in
 // host-local's store, one more veth on the bridge, and portmap's DNAT
 // rule.
-func (e *env) runpWithPort(name string, hostPort int32) podWithPort {
+func (e *env) runpWithPort(name string, hostPort int32, opts ...harness.PodOption) podWithPort {
 	e.t.Helper()
 	t := e.t
 	vethsBefore := e.vethsOnBridge()
 
-	id := e.runp(e.writePodJSON(name, harness.WithHostPort(80, hostPort, runtimeapi.Protocol_TCP)))
+	id := e.runp(e.writePodJSON(name, append([]harness.PodOption{harness.WithHostPort(80, hostPort, runtimeapi.Protocol_TCP)}, opts...)...))
 	p := podWithPort{id: id, hostPort: hostPort}
 
 	st := e.inspectp(id)
@@ -95,8 +95,13 @@ func (e *env) runpWithPort(name string, hostPort int32) podWithPort {
 		t.Fatalf("bridge %s: interfaces %v after runp, want one more than %v", e.bridge, got, vethsBefore)
 	}
 
-	if pause := dockerIDs(t, "id="+id, "label=netshim.io/type=podsandbox"); len(pause) != 1 {
-		t.Fatalf("docker ps: pause containers with ID %s: %v, want one", id, pause)
+	// A pause-less sandbox (--sandbox-netns=pauseless) has none.
+	wantPause := 1
+	if e.readCheckpoint(id).Data.Pauseless != nil {
+		wantPause = 0
+	}
+	if pause := dockerIDs(t, "id="+id, "label=netshim.io/type=podsandbox"); len(pause) != wantPause {
+		t.Fatalf("docker ps: pause containers with ID %s: %v, want %d", id, pause, wantPause)
 	}
 
 	rules := natRules(t)
@@ -166,7 +171,11 @@ func TestStopAndRemovePodSandbox(t *testing.T) {
 		t.Errorf("bridge %s: interfaces %v after stopp, want as many as before runp: %v", e.bridge, got, vethsBefore)
 	}
 	e.requireNoPortmapRules(p)
-	if running := strings.TrimSpace(mustRun(t, "docker", "inspect", "--format", "{{.State.Running}}", p.id)); running != "false" {
+	if cp := e.readCheckpoint(p.id); cp.Data.Pauseless != nil {
+		if !cp.Data.Pauseless.Stopped {
+			t.Errorf("checkpoint of pause-less sandbox %s does not say stopped after stopp", p.id)
+		}
+	} else if running := strings.TrimSpace(mustRun(t, "docker", "inspect", "--format", "{{.State.Running}}", p.id)); running != "false" {
 		t.Errorf("docker inspect %s: pause container running=%s after stopp, want false", p.id, running)
 	}
 
@@ -309,7 +318,7 @@ func TestNetworkSetupFailureLeavesNothing(t *testing.T) {
 func TestTeardownAfterCrashAndPauseContainerGone(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.start()
-	p := e.runpWithPort("crash", e.hostPort(3))
+	p := e.runpWithPort("crash", e.hostPort(3), withPauseContainer)
 
 	e.mustStop(syscall.SIGKILL)
 	mustRun(t, "docker", "rm", "-f", p.id)

@@ -42,7 +42,7 @@ func TestStreamingPortForwardToSandbox(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.start()
 	podID, _ := e.runPod("pf-sandbox")
-	pid := e.pausePid(podID)
+	netns := e.podNetNS(podID)
 
 	token := "netshim-pf-sandbox-" + e.namespace
 	docroot := filepath.Join(e.dir, "www")
@@ -52,8 +52,8 @@ func TestStreamingPortForwardToSandbox(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(docroot, "index.html"), []byte(token+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.startHelperProcess("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", pid), "busybox", "httpd", "-f", "-p", "127.0.0.1:8080", "-h", docroot)
-	e.requireListening(pid, 8080)
+	e.startHelperProcess("nsenter", "--net="+netns, "busybox", "httpd", "-f", "-p", "127.0.0.1:8080", "-h", docroot)
+	e.requireListening(netns, 8080)
 
 	served := int(e.hostPort(7))
 	e.startPortForward(podID, fmt.Sprintf("%d:8080", served))
@@ -194,7 +194,7 @@ func TestStreamingPortForwardToContainer(t *testing.T) {
 	token := "netshim-pf-container-" + e.namespace
 	e.startContainer(podID, podCfg, "web",
 		harness.WithCommand("sh", "-c", fmt.Sprintf("mkdir -p /www && echo %s > /www/index.html && exec httpd -f -p 127.0.0.1:8081 -h /www", token)))
-	e.requireListening(e.pausePid(podID), 8081)
+	e.requireListening(e.podNetNS(podID), 8081)
 	local := int(e.hostPort(9))
 	e.startPortForward(podID, fmt.Sprintf("%d:8081", local))
 	if body := e.curl(local); strings.TrimSpace(body) != token {
@@ -268,17 +268,16 @@ func (e *env) pausePid(podID string) int {
 }
 
 // requireListening waits until a TCP socket listens on port in the netns
-// of process pid (read from /proc/PID/net/tcp: no process is started).
-func (e *env) requireListening(pid, port int) {
+// at path (its /proc/net/tcp, read by a cat entered into it).
+func (e *env) requireListening(netns string, port int) {
 	e.t.Helper()
 	want := fmt.Sprintf(":%04X", port)
-	path := fmt.Sprintf("/proc/%d/net/tcp", pid)
 	ok := poll(startDeadline, func() bool {
-		data, err := os.ReadFile(path)
+		data, err := runCmd("nsenter", "--net="+netns, "cat", "/proc/net/tcp")
 		if err != nil {
 			return false
 		}
-		for _, line := range strings.Split(string(data), "\n")[1:] {
+		for _, line := range strings.Split(data, "\n")[1:] {
 			f := strings.Fields(line)
 			// sl local_address rem_address st ...; st 0A is LISTEN.
 			if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
@@ -288,8 +287,19 @@ func (e *env) requireListening(pid, port int) {
 		return false
 	})
 	if !ok {
-		e.t.Fatalf("nothing listens on port %d in the netns of pid %d within %s", port, pid, startDeadline)
+		e.t.Fatalf("nothing listens on port %d in the netns %s within %s", port, netns, startDeadline)
 	}
+}
+
+// podNetNS is the path of a pod's network namespace: the pinned one its
+// checkpoint names (pinned and pause-less sandboxes), else its pause
+// container's.
+func (e *env) podNetNS(podID string) string {
+	e.t.Helper()
+	if ns := e.readCheckpoint(podID).Data.NetNS; ns != "" {
+		return ns
+	}
+	return fmt.Sprintf("/proc/%d/ns/net", e.pausePid(podID))
 }
 
 // startHelperProcess starts a process the test stops at cleanup.
