@@ -298,3 +298,23 @@ func TestPauselessShmBind(t *testing.T) {
 		})
 	}
 }
+
+// A pod without a hostname gets one for all its containers, the one a
+// pause container would have had (Docker names a container without one
+// by its short ID): given none, Docker would name each container by its
+// own ID, and each would set that in the shared UTS namespace as it
+// starts.
+func TestPauselessPodWithoutHostname(t *testing.T) {
+	e, _ := newPauselessEnv(t)
+	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	cfg := pauselessPodConfig("web")
+	cfg.Hostname = ""
+	id := e.run(t, cfg)
+	p := &podEnv{testEnv: e, sandboxID: id, sandbox: cfg}
+	for _, name := range []string{"a", "b"} {
+		config, _ := p.createInspect(t, ctrConfig(name))
+		if config.Hostname != id[:12] {
+			t.Errorf("container %s: hostname %q, want the pod's %q", name, config.Hostname, id[:12])
+		}
+	}
+}

@@ -111,12 +111,20 @@ func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeap
 		return nil, err
 	}
 	linux := cfg.GetLinux()
+	hostname := cfg.GetHostname()
+	if hostname == "" {
+		// The one a pause container would have had: Docker names a
+		// container without a hostname by its short ID. Left empty,
+		// each container would get its own and set it in the shared
+		// UTS namespace as it starts.
+		hostname = id[:12]
+	}
 	pl := &checkpoint.Pauseless{
 		IPC:          paths[podns.IPC],
 		UTS:          paths[podns.UTS],
 		Shm:          shm,
 		Labels:       labels,
-		Hostname:     cfg.GetHostname(),
+		Hostname:     hostname,
 		Sysctls:      maps.Clone(linux.GetSysctls()),
 		CgroupParent: linux.GetCgroupParent(),
 	}
