@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -712,5 +714,52 @@ func TestPauselessSandboxSurvivesDockerResync(t *testing.T) {
 	e.ds.store.Replace(nil, e.ds.store.Generation())
 	if got := plState(t, e.ds, id); got != runtimeapi.PodSandboxState_SANDBOX_READY {
 		t.Errorf("after an empty listing: %v, want READY", got)
+	}
+}
+
+// A pause-less sandbox gives the events of a sandbox with an infra
+// container (kubelet's evented PLEG follows pods by them): CREATED, then
+// STARTED once READY, whenever the events loop looks at it during its
+// setup (several sandboxes: the loop runs alongside RunPodSandbox).
+func TestPauselessSandboxEvents(t *testing.T) {
+	e, _ := newPauselessEnv(t)
+	c := serveCRI(t, e.ds)
+	ev := subscribeEvents(t, c)
+	ctx := context.Background()
+
+	var sb string
+	for i := range 20 {
+		before := time.Now()
+		run, err := c.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pauselessPodConfig(fmt.Sprintf("web-%d", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb = run.PodSandboxId
+		ev.expect(t, sb, evCreated, before)
+		started := ev.expect(t, sb, evStarted, before)
+		if st := started.PodSandboxStatus; st.State != runtimeapi.PodSandboxState_SANDBOX_READY || st.Network.GetIp() == "" {
+			t.Errorf("sandbox STARTED before it is ready with an IP: %v", st)
+		}
+	}
+
+	before := time.Now()
+	if _, err := c.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.expect(t, sb, evStopped, before); got.PodSandboxStatus.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+		t.Errorf("sandbox STOPPED carries %v", got.PodSandboxStatus)
+	}
+	before = time.Now()
+	if _, err := c.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.expect(t, sb, evDeleted, before); got.PodSandboxStatus.Id != sb || got.PodSandboxStatus.Metadata.GetUid() != "uid-web-19" {
+		t.Errorf("sandbox DELETED carries %v", got.PodSandboxStatus)
+	}
+	settleEvents(t, e.ds)
+	select {
+	case extra := <-ev.events:
+		t.Errorf("unexpected %s event for %.12s", extra.ContainerEventType, extra.ContainerId)
+	default:
 	}
 }
