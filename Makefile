@@ -327,7 +327,7 @@ node-e2e-images: dockerd-start
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults conformance test-docker29 e2e-kubelet e2e-takeover e2e-cluster node-conformance-quick; do \
+	for t in lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults conformance test-docker29 e2e-kubelet test-pauseless e2e-takeover e2e-cluster node-conformance-quick; do \
 		echo "==> make $$t"; \
 		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \
@@ -338,10 +338,24 @@ test:
 ## e2e-docker-netns: make e2e with NETSHIM_SANDBOX_NETNS=docker: netshim in today's sandbox netns
 # mode (the pause container's own), while every other suite of make test runs netshim's default
 # --sandbox-netns=auto, which is the pinned mode on the engines hack/dockerd.sh and hack/docker29.sh
-# start (they register netshim-oci). NETSHIM_SANDBOX_NETNS=docker|pinned|auto on make's command
+# start (they register netshim-oci). NETSHIM_SANDBOX_NETNS=docker|pinned|pauseless|auto on make's command
 # line (e.g. make test NETSHIM_SANDBOX_NETNS=docker) sets the mode of every suite's netshim.
 e2e-docker-netns:
 	@$(MAKE) --no-print-directory e2e NETSHIM_SANDBOX_NETNS=docker
+
+## test-pauseless: e2e, critest and the kubelet e2e with NETSHIM_SANDBOX_NETNS=pauseless (root; part of `make test`)
+# Pods that do not share a PID namespace then run without a pause container (kubelet's always,
+# the e2e suite's pause-less tests and critest's pods that set their namespace options); the
+# others take the pinned path, as in that mode on a node.
+test-pauseless:
+	@summary=(); failed=0; \
+	for t in e2e conformance e2e-kubelet; do \
+		echo "==> make $$t NETSHIM_SANDBOX_NETNS=pauseless"; \
+		if $(MAKE) --no-print-directory $$t NETSHIM_SANDBOX_NETNS=pauseless; then summary+=("$$t=ok"); \
+		else summary+=("$$t=FAILED"); failed=1; fi; \
+	done; \
+	echo "make test-pauseless: $${summary[*]}"; \
+	exit $$failed
 
 ## test-docker29: e2e and conformance on the private Docker 29 engine (root; part of `make test`)
 test-docker29:

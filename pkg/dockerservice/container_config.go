@@ -11,7 +11,6 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/strslice"
 	"github.com/docker/docker/api/types/versions"
-	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
@@ -194,7 +193,11 @@ func setPidAndUserns(hc *container.HostConfig, in containerDockerInput, podPid c
 		case in.sandboxNS.GetPid() == runtimeapi.NamespaceMode_NODE:
 			hc.PidMode = "host"
 		case podPid == "":
-			return withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s was run without a shared pid namespace (it has no pause container); a container cannot join one: run the pod with pid namespace mode POD", in.sandboxID))
+			// A pause-less pod has no pid namespace to share (it was run
+			// with mode CONTAINER, as kubelet runs pods that do not
+			// share one): the container gets its own, as kubelet would
+			// have asked. POD is also the enum's zero, what a client
+			// sends that leaves the options out.
 		default:
 			hc.PidMode = podPid
 		}

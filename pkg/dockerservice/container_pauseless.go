@@ -45,9 +45,9 @@ func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, 
 		paths[podns.IPC] = pl.IPC
 	}
 	hc.Sysctls = podSysctlsFor(pl.Sysctls, paths)
-	if len(paths) > 0 {
-		config.Env = append(config.Env, paths.Env())
-	}
+	// Always set, even naming nothing: the container runs under the
+	// wrapper, and netshim's entry overrides one the image's ENV has.
+	config.Env = append(config.Env, paths.Env())
 	return setPidAndUserns(hc, in, "")
 }
 

@@ -88,12 +88,9 @@ func newSandboxID() (string, error) {
 
 // runPauselessSandbox is RunPodSandbox for a pause-less sandbox: pin the
 // namespaces, write the checkpoint, index the sandbox, CNI ADD. Any failure
-// undoes all of it.
+// undoes all of it. RunPodSandbox has checked that no sandbox has the name.
 func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, name string, t *stepTimer) (*runtimeapi.RunPodSandboxResponse, error) {
 	md := cfg.GetMetadata()
-	if resp, err, found := ds.existingSandboxByName(ctx, name, md); found {
-		return resp, err
-	}
 	labels, err := sandboxLabels(cfg, "")
 	if err != nil {
 		return nil, err
@@ -180,9 +177,10 @@ func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeap
 }
 
 // existingSandboxByName answers a RunPodSandbox for a name a sandbox in the
-// index already has, as existingSandbox does for Docker's name conflicts:
-// a ready one is returned (a retry of a request that succeeded), anything
-// else is AlreadyExists.
+// index already has, with or without a container, as existingSandbox does
+// for Docker's name conflicts: a ready one is returned (a retry of a
+// request that succeeded), anything else is AlreadyExists. A scan of the
+// sandboxes, in memory, once per RunPodSandbox.
 func (ds *DockerService) existingSandboxByName(ctx context.Context, name string, md *runtimeapi.PodSandboxMetadata) (resp *runtimeapi.RunPodSandboxResponse, err error, found bool) {
 	for _, rec := range ds.store.List(store.KindSandbox) {
 		if rec.Name != name {

@@ -47,6 +47,11 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	defer release()
 
 	t := newStepTimer(ctx, "RunPodSandbox", "pod", klog.KRef(md.Namespace, md.Name))
+	// A sandbox with this name may be one without a container, which
+	// Docker's name check cannot see (sandbox_pauseless.go).
+	if resp, err, found := ds.existingSandboxByName(ctx, name, md); found {
+		return resp, err
+	}
 	path, err := ds.chooseSandboxPath(ctx, cfg, r.GetRuntimeHandler())
 	if err != nil {
 		return nil, err

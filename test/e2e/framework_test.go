@@ -538,8 +538,14 @@ type checkpointFile struct {
 			ContainerPort int32  `json:"containerPort"`
 			HostPort      int32  `json:"hostPort"`
 		} `json:"portMappings"`
-		IPs   []string `json:"ips"`
-		NetNS string   `json:"netns"`
+		IPs       []string `json:"ips"`
+		NetNS     string   `json:"netns"`
+		Pauseless *struct {
+			IPC     string `json:"ipc"`
+			UTS     string `json:"uts"`
+			Shm     string `json:"shm"`
+			Stopped bool   `json:"stopped"`
+		} `json:"pauseless"`
 	} `json:"data"`
 }
 

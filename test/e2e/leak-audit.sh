@@ -20,10 +20,10 @@
 #   checkpoints files in ROOT/sandbox of each netshim root dir
 #   cache       libcni cached results (CACHE/results) of containers that do not
 #               exist
-#   netns       pinned pod network namespaces (--sandbox-netns=pinned): files in
+#   netns       pinned pod namespaces (--sandbox-netns=pinned|pauseless): files in
 #               each netns dir, and, without --no-defaults, any namespace mount
-#               (nsfs) named pod-*.net anywhere, e.g. in a test's removed
-#               directory
+#               (nsfs) named pod-*.net|ipc|uts or tmpfs named pod-*.shm anywhere,
+#               e.g. in a test's removed directory
 #   tmp         leftover e2e temp dirs (${TMPDIR:-/tmp}/nse2e*), whose stores and
 #               checkpoints are audited too (with --e2e-tmp)
 #
@@ -212,9 +212,9 @@ if ! skipped netns; then
   if ((!no_defaults)); then
     while read -r mp; do
       mp=$(printf '%b' "$mp")
-      [[ ${mp##*/} == pod-*.net && -z ${netns_seen[$mp]:-} ]] || continue
-      leak netns "$mp (a pinned netns mount whose directory is gone or not audited)"
-    done < <(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i+1) == "nsfs") print $5; break }}' /proc/self/mountinfo)
+      [[ ${mp##*/} == pod-*.@(net|ipc|uts|shm) && -z ${netns_seen[$mp]:-} ]] || continue
+      leak netns "$mp (a pinned namespace or pod /dev/shm mount whose directory is gone or not audited)"
+    done < <(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i+1) == "nsfs" || $(i+1) == "tmpfs") print $5; break }}' /proc/self/mountinfo)
   fi
 fi
 

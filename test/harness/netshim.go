@@ -177,7 +177,7 @@ func NewNetshim(opts ...NetshimOption) (*Netshim, error) {
 		verbosity:      4,
 		startTimeout:   StartTimeout,
 		// `make test` runs the suites once per sandbox netns mode
-		// (NETSHIM_SANDBOX_NETNS=docker|pinned); unset leaves netshim's
+		// (NETSHIM_SANDBOX_NETNS=docker|pinned|pauseless); unset leaves netshim's
 		// default, auto.
 		sandboxNetNS: os.Getenv("NETSHIM_SANDBOX_NETNS"),
 	}
