@@ -106,16 +106,25 @@ func TestCreateContainerInPauselessSandbox(t *testing.T) {
 
 // The container's own namespace options, against a pause-less pod: what
 // it shares with the pod comes through the marker, what it takes from the
-// node does not, and a shared pid namespace, which the pod lacks, is
-// refused before anything is made.
+// node does not.
 func TestPauselessContainerNamespaces(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		ns       *runtimeapi.NamespaceOption
-		wantCode codes.Code
-		check    func(t *testing.T, e *pauselessPodEnv, config *container.Config, hc *container.HostConfig)
+		name  string
+		ns    *runtimeapi.NamespaceOption
+		check func(t *testing.T, e *pauselessPodEnv, config *container.Config, hc *container.HostConfig)
 	}{
-		{name: "pid POD", ns: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD}, wantCode: codes.FailedPrecondition},
+		// The pod has no pid namespace to share: its own, as kubelet asks
+		// in a pod that does not share one (POD is also the zero value).
+		{name: "pid POD", ns: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD},
+			check: func(t *testing.T, e *pauselessPodEnv, config *container.Config, hc *container.HostConfig) {
+				pl := e.cp.Pauseless
+				if hc.PidMode != "" || hc.NetworkMode != "none" || hc.IpcMode != "private" {
+					t.Errorf("pid %q network %q ipc %q, want own, none, private", hc.PidMode, hc.NetworkMode, hc.IpcMode)
+				}
+				if want := (podns.Paths{podns.Net: e.cp.NetNS, podns.IPC: pl.IPC, podns.UTS: pl.UTS}).Env(); !slices.Contains(config.Env, want) {
+					t.Errorf("env %q lacks %q", config.Env, want)
+				}
+			}},
 		{name: "pid NODE", ns: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE},
 			check: func(t *testing.T, e *pauselessPodEnv, config *container.Config, hc *container.HostConfig) {
 				if hc.PidMode != "host" || hc.NetworkMode != "none" {
@@ -154,24 +163,24 @@ func TestPauselessContainerNamespaces(t *testing.T) {
 					t.Errorf("binds %q: the node's IPC namespace keeps its own /dev/shm", hc.Binds)
 				}
 			}},
+		// Under the wrapper still: the marker, naming nothing, overrides
+		// one the image's ENV may have.
+		{name: "network and IPC NODE", ns: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Ipc: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_CONTAINER},
+			check: func(t *testing.T, e *pauselessPodEnv, config *container.Config, hc *container.HostConfig) {
+				if hc.Runtime != OCIWrapperRuntime || hc.NetworkMode != "host" || hc.IpcMode != "host" {
+					t.Errorf("runtime %q network %q ipc %q, want %s, host, host", hc.Runtime, hc.NetworkMode, hc.IpcMode, OCIWrapperRuntime)
+				}
+				if want := podns.EnvKey + "="; !slices.Contains(config.Env, want) {
+					t.Errorf("env %q lacks the empty marker %q", config.Env, want)
+				}
+				if len(hc.Sysctls) != 0 {
+					t.Errorf("sysctls %v, want none in the node's namespaces", hc.Sysctls)
+				}
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newPauselessPodEnv(t)
-			e.docker.resetCalls()
-			id, err := e.createErr(withNamespaces(ctrConfig("app"), tc.ns))
-			if codeOf(err) != tc.wantCode {
-				t.Fatalf("CreateContainer: %v, want code %v", err, tc.wantCode)
-			}
-			if err != nil {
-				if !strings.Contains(err.Error(), "pid namespace") {
-					t.Errorf("error %q does not say what is missing", err)
-				}
-				if n := e.docker.count("ContainerCreate"); n != 0 {
-					t.Errorf("%d creates for a refused container", n)
-				}
-				return
-			}
-			c := e.dockerInspect(t, id)
+			c := e.dockerInspect(t, e.create(t, withNamespaces(ctrConfig("app"), tc.ns)))
 			tc.check(t, e, c.Config, c.HostConfig)
 		})
 	}
