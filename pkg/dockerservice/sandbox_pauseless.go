@@ -108,12 +108,20 @@ func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeap
 		return nil, err
 	}
 	linux := cfg.GetLinux()
+	hostname := cfg.GetHostname()
+	if hostname == "" {
+		// The one a pause container would have had: Docker names a
+		// container without a hostname by its short ID. Left empty,
+		// each container would get its own and set it in the shared
+		// UTS namespace as it starts.
+		hostname = id[:12]
+	}
 	pl := &checkpoint.Pauseless{
 		IPC:          paths[podns.IPC],
 		UTS:          paths[podns.UTS],
 		Shm:          shm,
 		Labels:       labels,
-		Hostname:     cfg.GetHostname(),
+		Hostname:     hostname,
 		Sysctls:      maps.Clone(linux.GetSysctls()),
 		CgroupParent: linux.GetCgroupParent(),
 	}
@@ -145,14 +153,19 @@ func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeap
 		return nil, fmt.Errorf("locking new sandbox %s: %w", id, err)
 	}
 	defer unlock()
+	// Indexed before the checkpoint is written: the events loop, finding
+	// a checkpoint whose sandbox the index does not know, would take it
+	// for one whose infra container is gone and tell subscribers STOPPED
+	// before it ever started.
+	ds.store.Put(pauselessRecord(cp, extra, store.StateRunning))
 	err = ds.putCheckpoint(cp)
 	done() // named by the checkpoint now, or removed just below
 	if err != nil {
+		ds.store.Delete(id)
 		ds.removePauselessFiles(ctx, cp)
 		return nil, err
 	}
 	t.step("checkpoint")
-	ds.store.Put(pauselessRecord(cp, extra, store.StateRunning))
 
 	if err := ds.setUpSandboxNetwork(ctx, cp, cfg); err != nil {
 		ds.undoRunPodSandbox(ctx, cp, true)
