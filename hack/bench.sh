@@ -3,14 +3,15 @@
 #
 # `make bench`: measures netshim against the Docker+CNI floor (test/bench) and
 # prints the table, also written to _output/bench.md (netshim's logs of the run:
-# _output/bench-netshim.log, and _output/bench-netshim-pinned.log for the
-# pinned sandbox netns mode). Installs missing Debian packages, builds netshim,
-# netshim-oci (the OCI runtime wrapper of the pinned mode, which hack/dockerd.sh
+# _output/bench-netshim.log, and _output/bench-netshim-pinned.log and
+# bench-netshim-pauseless.log for the pinned and pause-less sandbox netns modes).
+# Installs missing Debian packages, builds netshim, netshim-oci (the OCI runtime
+# wrapper of the pinned and pause-less modes, which hack/dockerd.sh
 # registers on the dockerd it starts), the test CNI plugin cni-sleep (the slow
 # chain) and the bench, starts dockerd if none answers (and stops it at the end,
 # also on failure, if this script started it) and builds the local pause image.
 # A dockerd that runs without the runtime netshim-oci makes the bench leave the
-# pinned-mode rows out (--require-pinned makes that an error).
+# pinned- and pause-less-mode rows out (--require-pinned makes that an error).
 # Extra arguments go to the bench, e.g. `hack/bench.sh --pods 50 --seq 10`.
 # Needs root. Leaves nothing behind: the bench removes its pods, containers,
 # bridge (nsbench0) and temporary directory itself.

@@ -151,13 +151,18 @@ func scenarioSlowChain(ctx context.Context, b *bench) (err error) {
 	return nil
 }
 
-// scenarioStopPinned stops the pinned-mode netshim once the sequential
-// rounds are done, so that the scenarios after them run with one netshim
-// on the engine, as before there were two modes (the other's events
-// watch follows every netshim pod and would weigh on them).
-func scenarioStopPinned(ctx context.Context, b *bench) error {
-	if b.pinned == nil || !b.pinned.netshim.Running() {
-		return nil
+// scenarioStopModes stops the pinned- and pause-less-mode netshims once
+// the sequential rounds are done, so that the scenarios after them run
+// with one netshim on the engine, as before there were several modes (the
+// others' events watches follow every netshim pod and would weigh on
+// them).
+func scenarioStopModes(ctx context.Context, b *bench) error {
+	var errs []error
+	for _, in := range []*instance{b.pinned, b.pauseless} {
+		if in == nil || !in.netshim.Running() {
+			continue
+		}
+		errs = append(errs, in.removeAllPods(ctx, b.runID), in.stop())
 	}
-	return errors.Join(b.pinned.removeAllPods(ctx, b.runID), b.pinned.stop())
+	return errors.Join(errs...)
 }

@@ -87,12 +87,16 @@ func TestPinnedUnavailable(t *testing.T) {
 	}
 }
 
-func TestPinnedLogPath(t *testing.T) {
-	if got := pinnedLogPath("/x/_output/bench-netshim.log", "/tmp/nsb"); got != "/x/_output/bench-netshim-pinned.log" {
-		t.Errorf("beside --netshim-log: %s", got)
-	}
-	if got := pinnedLogPath("", "/tmp/nsb"); got != "/tmp/nsb/pinned/netshim.log" {
-		t.Errorf("without --netshim-log: %s", got)
+func TestModeLogPath(t *testing.T) {
+	for _, tc := range []struct{ defaultLog, name, want string }{
+		{"/x/_output/bench-netshim.log", "pinned", "/x/_output/bench-netshim-pinned.log"},
+		{"/x/_output/bench-netshim.log", "pauseless", "/x/_output/bench-netshim-pauseless.log"},
+		{"", "pinned", "/tmp/nsb/pinned/netshim.log"},
+		{"", "pauseless", "/tmp/nsb/pauseless/netshim.log"},
+	} {
+		if got := modeLogPath(tc.defaultLog, "/tmp/nsb", tc.name); got != tc.want {
+			t.Errorf("modeLogPath(%q, %q) = %s, want %s", tc.defaultLog, tc.name, got, tc.want)
+		}
 	}
 }
 
@@ -103,6 +107,8 @@ func TestRoundOrderRotates(t *testing.T) {
 		{kindNetshim, kindFloorLo},
 		{kindNetshim, kindPinned, kindFloorLo},
 		{kindNetshim, kindPinned, kindFloorLo, kindFloorNoLo},
+		{kindNetshim, kindPinned, kindPauseless, kindFloorLo},
+		{kindNetshim, kindPinned, kindPauseless, kindFloorLo, kindFloorNoLo},
 	} {
 		n := len(kinds)
 		seen := make([]map[podKind]int, n) // place -> kind -> times
@@ -185,25 +191,30 @@ func ms(v ...int) []time.Duration {
 }
 
 // TestChainReport checks the chain table and the issue 13 acceptance
-// rows from known samples, and that a pinned mode that was not measured
-// says so instead of passing or failing.
+// rows from known samples, that the pause-less mode has rows and no
+// target, and that modes that were not measured say so instead of passing
+// or failing.
 func TestChainReport(t *testing.T) {
 	r := newReport()
 	r.addChain(chainResult{key: "bridge", title: "bridge chain", rounds: 3,
-		def: ms(300, 310, 320), pinned: ms(220, 230, 240), floor: ms(300, 300, 300),
+		def: ms(300, 310, 320), pinned: ms(220, 230, 240), pauseless: ms(150, 160, 170), floor: ms(300, 300, 300),
 		floorPhases: []floorPhases{
 			{create: 50 * time.Millisecond, start: 190 * time.Millisecond, inspect: 3 * time.Millisecond, loADD: 5 * time.Millisecond, add: 25 * time.Millisecond},
 			{create: 40 * time.Millisecond, start: 200 * time.Millisecond, inspect: 2 * time.Millisecond, loADD: 4 * time.Millisecond, add: 20 * time.Millisecond},
 			{create: 30 * time.Millisecond, start: 210 * time.Millisecond, inspect: 1 * time.Millisecond, loADD: 6 * time.Millisecond, add: 15 * time.Millisecond},
 		}})
 	r.addChain(chainResult{key: "slow", title: "slow chain", rounds: 3,
-		def: ms(470, 480, 490), pinned: ms(330, 320, 310), floor: ms(460, 460, 460)})
+		def: ms(470, 480, 490), pinned: ms(330, 320, 310), pauseless: ms(240, 230, 250), floor: ms(460, 460, 460)})
 	md := r.markdown()
 	for _, want := range []string{
 		"| RunPodSandbox | bridge chain | slow chain |",
 		"| (a) default mode, p50 / p90 | 310.0 ms / 320.0 ms | 480.0 ms / 490.0 ms |",
 		"| (b) pinned mode, p50 / p90 | 230.0 ms / 240.0 ms | 320.0 ms / 330.0 ms |",
+		"| (c) pauseless mode, p50 / p90 | 160.0 ms / 170.0 ms | 240.0 ms / 250.0 ms |",
+		"| (d) floor: create+start+inspect, loopback ADD + ADD, p50 / p90 | 300.0 ms / 300.0 ms | 460.0 ms / 460.0 ms |",
 		"| pinned / floor, p50 / p50 | 0.77× | 0.70× |",
+		"| pauseless / floor, p50 / p50 | 0.53× | 0.52× |",
+		"| pauseless / floor, median of the per-round ratios | 0.53× | 0.52× |",
 		"| default / floor, p50 / p50 | 1.03× | 1.04× |",
 		"| rounds | 3 | 3 |",
 		"| RunPodSandbox p50, pinned mode ≤ 0.8 × floor p50 (bridge chain) | 0.767× (per-round median 0.77×) | yes |",
@@ -214,6 +225,17 @@ func TestChainReport(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
+	}
+	// The issue sets no target for the pause-less mode: it is measured,
+	// not judged.
+	checks := r.checks()
+	for _, c := range checks {
+		if strings.Contains(strings.ToLower(c.target), "pauseless") || strings.Contains(c.target, "pause-less") {
+			t.Errorf("acceptance target %q: the pause-less mode has none", c.target)
+		}
+	}
+	if len(r.chainChecks()) != 3 {
+		t.Errorf("%d chain targets, want the issue's 3", len(r.chainChecks()))
 	}
 
 	// Just over the target: three decimals, so that it does not read 0.60×.
@@ -228,7 +250,10 @@ func TestChainReport(t *testing.T) {
 	md = r.markdown()
 	for _, want := range []string{
 		"| (b) pinned mode, p50 / p90 | not measured |",
+		"| (c) pauseless mode, p50 / p90 | not measured |",
 		"| pinned / floor, p50 / p50 | n/a |",
+		"| pauseless / floor, p50 / p50 | n/a |",
+		"| pauseless / floor, median of the per-round ratios | n/a |",
 		"| RunPodSandbox p50, pinned mode ≤ 0.8 × floor p50 (bridge chain) | not measured: pinned mode unavailable (see the notes) | — |",
 		"| RunPodSandbox p50, pinned mode ≤ 0.6 × floor p50 (slow chain) | not measured | — |",
 	} {

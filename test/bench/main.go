@@ -8,9 +8,9 @@
 // counting proxy in front of the real one) and a bridge network of its own
 // (nsbench0, 10.124.0.0/16), and removes everything it made when it ends,
 // also on failure or interrupt. For the sequential RunPodSandbox rounds it
-// runs a second netshim, in the pinned sandbox netns mode, and repeats the
-// rounds on a slow CNI chain (the bridge chain with test/tools/cni-sleep
-// appended).
+// runs two more netshims, in the pinned and the pause-less sandbox netns
+// modes, and repeats the rounds on a slow CNI chain (the bridge chain with
+// test/tools/cni-sleep appended).
 package main
 
 import (
@@ -79,7 +79,7 @@ func parseFlags() options {
 	flag.StringVar(&o.cniSleep, "cni-sleep", "_output/cni-sleep", "the test CNI plugin appended to the chain for the slow-chain rounds (go build -o _output/cni-sleep ./test/tools/cni-sleep)")
 	flag.StringVar(&o.netshimOCI, "netshim-oci", "_output/netshim-oci", "netshim-oci built with the netshim under test; the bench notes it when the engine's runtime netshim-oci is another binary")
 	flag.DurationVar(&o.slowSleep, "slow-chain-sleep", 150*time.Millisecond, "how long cni-sleep's ADD sleeps in the slow-chain rounds; 0 leaves those rounds out")
-	flag.BoolVar(&o.requirePinned, "require-pinned", false, "fail, instead of leaving the pinned-mode rows out, when the pinned sandbox netns mode cannot be measured (the engine has no runtime netshim-oci)")
+	flag.BoolVar(&o.requirePinned, "require-pinned", false, "fail, instead of leaving the pinned- and pause-less-mode rows out, when those sandbox netns modes cannot be measured (the engine has no runtime netshim-oci)")
 	flag.Parse()
 	return o
 }
@@ -103,9 +103,14 @@ type bench struct {
 	// pinned is the netshim in the pinned mode, for the sequential
 	// rounds only; nil when that mode is not measured, and pinnedSkip
 	// then says why.
-	pinned      *instance
-	pinnedSkip  string
-	wrapperPath string // the engine's runtime netshim-oci
+	pinned     *instance
+	pinnedSkip string
+	// pauseless is the netshim in the pause-less mode, for the
+	// sequential rounds only, like pinned; nil when not measured, and
+	// pauselessSkip then says why (it needs what the pinned mode needs).
+	pauseless     *instance
+	pauselessSkip string
+	wrapperPath   string // the engine's runtime netshim-oci
 	// broken, when set, stops the run: what the later scenarios would
 	// measure is not what they say (e.g. the bridge chain could not be
 	// restored after the slow one).
@@ -269,7 +274,7 @@ func (b *bench) setUp(ctx context.Context) error {
 	if err := prepareBridge(); err != nil {
 		return err
 	}
-	for _, d := range []string{"net.d", "root", "cache", "floorcache", "ipam", "pods", "pinned"} {
+	for _, d := range []string{"net.d", "root", "cache", "floorcache", "ipam", "pods", "pinned", "pauseless"} {
 		if err := os.MkdirAll(filepath.Join(b.dir, d), 0o755); err != nil {
 			return err
 		}
@@ -312,6 +317,7 @@ func (b *bench) setUp(ctx context.Context) error {
 		return fmt.Errorf("docker info: %w", err)
 	}
 	b.pinnedSkip = pinnedUnavailable(slices.Collect(maps.Keys(info.Runtimes)))
+	b.pauselessSkip = b.pinnedSkip
 	if b.pinnedSkip == "" {
 		b.wrapperPath = info.Runtimes[ociRuntime].Path
 		if note := wrapperNote(b.wrapperPath, o.netshimOCI); note != "" {
@@ -323,8 +329,8 @@ func (b *bench) setUp(ctx context.Context) error {
 		if o.requirePinned {
 			return fmt.Errorf("--require-pinned: %s", b.pinnedSkip)
 		}
-		fmt.Fprintf(os.Stderr, "netshim-bench: the pinned-mode rows are left out: %s\n", b.pinnedSkip)
-		b.report.note("The pinned sandbox netns mode was not measured: %s.", b.pinnedSkip)
+		fmt.Fprintf(os.Stderr, "netshim-bench: the pinned- and pause-less-mode rows are left out: %s\n", b.pinnedSkip)
+		b.report.note("The pinned and pause-less sandbox netns modes were not measured: %s.", b.pinnedSkip)
 	}
 	logPath := o.netshimLog
 	if logPath == "" {
@@ -339,7 +345,17 @@ func (b *bench) setUp(ctx context.Context) error {
 	}
 	if b.pinnedSkip == "" {
 		b.pinned, err = startInstance(ctx, o, instanceConfig{name: "pinned", mode: modePinned, dir: filepath.Join(b.dir, "pinned"),
-			confDir: filepath.Join(b.dir, "net.d"), cniBinDirs: b.binDirs, logPath: pinnedLogPath(o.netshimLog, b.dir)})
+			confDir: filepath.Join(b.dir, "net.d"), cniBinDirs: b.binDirs, logPath: modeLogPath(o.netshimLog, b.dir, "pinned")})
+		if err != nil {
+			return err
+		}
+	}
+	if b.pauselessSkip == "" {
+		// startInstance checks that netshim says new pods get this mode;
+		// that each of the bench's pods really got no pause container is
+		// checked as the rounds make them (checkPauseless).
+		b.pauseless, err = startInstance(ctx, o, instanceConfig{name: "pauseless", mode: modePauseless, dir: filepath.Join(b.dir, "pauseless"),
+			confDir: filepath.Join(b.dir, "net.d"), cniBinDirs: b.binDirs, logPath: modeLogPath(o.netshimLog, b.dir, "pauseless")})
 		if err != nil {
 			return err
 		}
@@ -352,7 +368,7 @@ func (b *bench) setUp(ctx context.Context) error {
 // instances are the netshims the run started.
 func (b *bench) instances() []*instance {
 	var out []*instance
-	for _, in := range []*instance{b.instance, b.pinned} {
+	for _, in := range []*instance{b.instance, b.pinned, b.pauseless} {
 		if in != nil {
 			out = append(out, in)
 		}
@@ -453,6 +469,11 @@ func (b *bench) cleanup(ctx context.Context) error {
 // removeLeftoverSandboxes force-removes sandbox containers of this run that
 // their netshim could not remove (it died, or timed out), after a DEL from
 // that netshim's CNI cache so that nothing else is left to release.
+// A pause-less sandbox has no container: what a dead netshim leaves of one
+// is its pinned namespaces and /dev/shm, which cleanup detaches
+// (unmountUnder; its netns, and with it its veth, ends with the last
+// reference), and its address in the run's IPAM directory, which goes
+// with the temporary directory.
 func (b *bench) removeLeftoverSandboxes(ctx context.Context) error {
 	if b.floor == nil {
 		return nil

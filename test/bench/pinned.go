@@ -19,6 +19,10 @@ import (
 const (
 	modeDocker = "docker" // the pause container's own netns, CNI ADD after the start
 	modePinned = "pinned" // netshim makes and pins the netns, CNI ADD in parallel with the start
+	// modePauseless is pinned without a pause container: netshim pins the
+	// pod's net, IPC and UTS namespaces and /dev/shm itself, for pods that
+	// do not share a PID namespace (the bench's, as kubelet's).
+	modePauseless = "pauseless"
 	// ociRuntime is the engine runtime the pinned mode starts the pause
 	// container under (cmd/netshim-oci, registered by hack/dockerd.sh).
 	ociRuntime = "netshim-oci"
@@ -26,7 +30,9 @@ const (
 
 // pinnedUnavailable says why the pinned sandbox netns mode cannot be
 // measured, or "" when it can: the engine must have the runtime netshim
-// starts pause containers under in that mode.
+// starts pause containers under in that mode. The pause-less mode needs
+// the same (its pods' containers run under it), so it is measured exactly
+// when the pinned one is.
 func pinnedUnavailable(engineRuntimes []string) string {
 	if !slices.Contains(engineRuntimes, ociRuntime) {
 		slices.Sort(engineRuntimes)
@@ -40,7 +46,7 @@ func pinnedUnavailable(engineRuntimes []string) string {
 // wrapperNote says, when it matters, that the engine's netshim-oci is
 // not the one built with the netshim under test: the engine runs the path
 // registered when it started (e.g. another checkout's _output), and the
-// pinned-mode figures are that binary's. Each is named with the revision
+// pinned- and pause-less-mode figures are that binary's. Each is named with the revision
 // it was built from. "" when the engine runs this build (the same path,
 // or a copy), or when there is no build to compare with.
 func wrapperNote(enginePath, built string) string {
@@ -55,7 +61,7 @@ func wrapperNote(enginePath, built string) string {
 	} else if same {
 		return ""
 	}
-	return fmt.Sprintf("the engine's runtime %s is %s (%s), not %s built with this netshim (%s): the pinned-mode figures are the engine's binary's (hack/dockerd.sh stop, then run again, to have the engine use this build)",
+	return fmt.Sprintf("the engine's runtime %s is %s (%s), not %s built with this netshim (%s): the pinned- and pause-less-mode figures are the engine's binary's (hack/dockerd.sh stop, then run again, to have the engine use this build)",
 		ociRuntime, enginePath, buildDesc(enginePath), built, buildDesc(built))
 }
 
@@ -118,14 +124,15 @@ func fileSum(path string) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
-// pinnedLogPath is where the pinned-mode netshim logs: beside the default
-// one's --netshim-log (bench-netshim.log -> bench-netshim-pinned.log), or
-// in the run's temporary directory.
-func pinnedLogPath(defaultLog, dir string) string {
+// modeLogPath is where the netshim of the run named name ("pinned",
+// "pauseless") logs: beside the default one's --netshim-log
+// (bench-netshim.log -> bench-netshim-pinned.log), or in its directory in
+// the run's temporary directory.
+func modeLogPath(defaultLog, dir, name string) string {
 	if defaultLog == "" {
-		return filepath.Join(dir, "pinned", "netshim.log")
+		return filepath.Join(dir, name, "netshim.log")
 	}
-	return strings.TrimSuffix(defaultLog, ".log") + "-pinned.log"
+	return strings.TrimSuffix(defaultLog, ".log") + "-" + name + ".log"
 }
 
 // modesLine is the report header's line about what was compared.
@@ -133,10 +140,10 @@ func (b *bench) modesLine() string {
 	var s string
 	switch {
 	case b.pinnedSkip != "":
-		s = "sandbox netns: the default mode only; the pinned mode was not measured (see the notes)"
+		s = "sandbox netns: the default mode only; the pinned and pause-less modes were not measured (see the notes)"
 	default:
-		s = fmt.Sprintf("sandbox netns: `--sandbox-netns=%s` for every scenario; `--sandbox-netns=%s` (pause under the engine runtime %s, %s) in the sequential rounds, a second netshim with its own proxy",
-			b.mode, modePinned, ociRuntime, b.wrapperPath)
+		s = fmt.Sprintf("sandbox netns: `--sandbox-netns=%s` for every scenario; `--sandbox-netns=%s` (pause under the engine runtime %s, %s) and `--sandbox-netns=%s` (no pause container) in the sequential rounds, a netshim each with its own proxy",
+			b.mode, modePinned, ociRuntime, b.wrapperPath, modePauseless)
 	}
 	if b.slowList != nil {
 		s += fmt.Sprintf("; slow chain: the same conflist with %s appended (ADD sleeps %s)", filepath.Base(b.opts.cniSleep), b.opts.slowSleep)

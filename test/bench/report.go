@@ -98,12 +98,12 @@ func (r *report) note(format string, args ...any) {
 // (with loopback), over the same rounds on one CNI chain: sample i of
 // each is from round i.
 type chainResult struct {
-	key                string // "bridge" or "slow": what the acceptance targets name
-	title              string
-	rounds             int
-	def, pinned, floor []time.Duration
-	floorPhases        []floorPhases // the steps of each floor sample
-	pinnedSkip         string        // why pinned has no samples
+	key                           string // "bridge" or "slow": what the acceptance targets name
+	title                         string
+	rounds                        int
+	def, pinned, pauseless, floor []time.Duration
+	floorPhases                   []floorPhases // the steps of each floor sample
+	pinnedSkip                    string        // why pinned (and pauseless, which needs the same) has no samples
 }
 
 // phasesP50 is the p50 of each floor step, "create / start / inspect /
@@ -139,19 +139,26 @@ type chainRow struct {
 
 var chainRows = []chainRow{
 	{"(a) default mode, p50 / p90", func(c chainResult) string { return p50p90(c.def) }},
-	{"(b) pinned mode, p50 / p90", func(c chainResult) string {
-		if len(c.pinned) == 0 {
-			return "not measured"
-		}
-		return p50p90(c.pinned)
-	}},
-	{"(c) floor: create+start+inspect, loopback ADD + ADD, p50 / p90", func(c chainResult) string { return p50p90(c.floor) }},
+	{"(b) pinned mode, p50 / p90", func(c chainResult) string { return p50p90OrNot(c.pinned) }},
+	{"(c) pauseless mode, p50 / p90", func(c chainResult) string { return p50p90OrNot(c.pauseless) }},
+	{"(d) floor: create+start+inspect, loopback ADD + ADD, p50 / p90", func(c chainResult) string { return p50p90(c.floor) }},
 	{"  floor steps p50: create / start / inspect / loopback ADD / ADD", chainResult.phasesP50},
 	{"pinned / floor, p50 / p50", func(c chainResult) string { return ratioOrNA(c.pinned, c.floor) }},
+	{"pauseless / floor, p50 / p50", func(c chainResult) string { return ratioOrNA(c.pauseless, c.floor) }},
 	{"default / floor, p50 / p50", func(c chainResult) string { return ratioOrNA(c.def, c.floor) }},
 	{"pinned / floor, median of the per-round ratios", func(c chainResult) string { return pairedRatio(c.pinned, c.floor) }},
+	{"pauseless / floor, median of the per-round ratios", func(c chainResult) string { return pairedRatio(c.pauseless, c.floor) }},
 	{"default / floor, median of the per-round ratios", func(c chainResult) string { return pairedRatio(c.def, c.floor) }},
 	{"rounds", func(c chainResult) string { return fmt.Sprint(c.rounds) }},
+}
+
+// p50p90OrNot is p50p90 for a mode that may not have been measured (the
+// notes say why).
+func p50p90OrNot(s []time.Duration) string {
+	if len(s) == 0 {
+		return "not measured"
+	}
+	return p50p90(s)
 }
 
 func ratioOrNA(a, b []time.Duration) string {

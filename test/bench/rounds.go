@@ -12,18 +12,23 @@ type podKind int
 const (
 	kindNetshim   podKind = iota // through the default-mode netshim
 	kindPinned                   // through the pinned-mode netshim
+	kindPauseless                // through the pause-less-mode netshim
 	kindFloorLo                  // the floor, with the loopback ADD netshim also does
 	kindFloorNoLo                // the floor without it
 	numKinds
 )
 
-// roundKinds are the kinds of a round: the pinned mode when it is
-// measured, the floor without loopback only when asked (the bridge chain's
-// rows have it; the chain comparison needs the fair floor only).
+// roundKinds are the kinds of a round: the pinned and pause-less modes
+// when they are measured, the floor without loopback only when asked (the
+// bridge chain's rows have it; the chain comparison needs the fair floor
+// only).
 func (b *bench) roundKinds(withNoLo bool) []podKind {
 	kinds := []podKind{kindNetshim}
 	if b.pinned != nil && b.pinned.netshim.Running() {
 		kinds = append(kinds, kindPinned)
+	}
+	if b.pauseless != nil && b.pauseless.netshim.Running() {
+		kinds = append(kinds, kindPauseless)
 	}
 	kinds = append(kinds, kindFloorLo)
 	if withNoLo {
@@ -51,18 +56,39 @@ func (b *bench) instanceOf(k podKind) *instance {
 		return b.instance
 	case kindPinned:
 		return b.pinned
+	case kindPauseless:
+		return b.pauseless
 	}
 	return nil
 }
 
-// other is the other running netshim of the run, if any.
-func (b *bench) other(in *instance) *instance {
+// others are the other running netshims of the run.
+func (b *bench) others(in *instance) []*instance {
+	var out []*instance
 	for _, o := range b.running() {
 		if o != in {
-			return o
+			out = append(out, o)
 		}
 	}
-	return nil
+	return out
+}
+
+// markAll marks the proxies of ins.
+func markAll(ins []*instance) []mark {
+	out := make([]mark, len(ins))
+	for i, in := range ins {
+		out[i] = in.proxy.mark()
+	}
+	return out
+}
+
+// allSinceAll adds up what each of ins did since its mark in from.
+func allSinceAll(ins []*instance, from []mark) requestCounts {
+	var c requestCounts
+	for i, in := range ins {
+		c.add(in.allSince(from[i]))
+	}
+	return c
 }
 
 // seqSamples are what the sequential rounds measured, per kind; sample i
@@ -76,7 +102,8 @@ type seqSamples struct {
 	run, down    [numKinds][]time.Duration
 	stop, remove [numKinds][]time.Duration
 	// The Docker requests of the netshim kinds' calls, and those the other
-	// netshim made meanwhile (its events watch follows every netshim pod).
+	// netshims made meanwhile (their events watches follow every netshim
+	// pod).
 	runReqs, downReqs, otherReqs [numKinds]requestCounts
 	// floorPhases are the steps of the floor with loopback's set-up.
 	floorPhases []floorPhases
@@ -99,11 +126,8 @@ func (b *bench) sequentialRounds(ctx context.Context, prefix string, kinds []pod
 			cfg := b.podConfig(b.nextPodName(prefix))
 			if in := b.instanceOf(k); in != nil {
 				cfg.Labels[instanceLabel] = in.name
-				other := b.other(in)
-				before, otherBefore := in.proxy.mark(), mark{}
-				if other != nil {
-					otherBefore = other.proxy.mark()
-				}
+				others := b.others(in)
+				before, othersBefore := in.proxy.mark(), markAll(others)
 				id, d, err := in.runPod(ctx, cfg)
 				if err != nil {
 					return nil, err
@@ -112,8 +136,13 @@ func (b *bench) sequentialRounds(ctx context.Context, prefix string, kinds []pod
 				if counted {
 					s.run[k] = append(s.run[k], d)
 					s.runReqs[k].add(in.requestsSince(before))
-					if other != nil {
-						s.otherReqs[k].add(other.allSince(otherBefore))
+					s.otherReqs[k].add(allSinceAll(others, othersBefore))
+				}
+				if k == kindPauseless {
+					// Untimed: a pod that got a pause container after all
+					// would make these rows the pinned mode's.
+					if err := checkPauseless(ctx, b.docker, id); err != nil {
+						return nil, fmt.Errorf("pod %s of the %s netshim: %w", cfg.GetMetadata().GetName(), in.name, err)
 					}
 				}
 				continue
@@ -132,11 +161,8 @@ func (b *bench) sequentialRounds(ctx context.Context, prefix string, kinds []pod
 		}
 		for _, k := range order {
 			if in := b.instanceOf(k); in != nil {
-				other := b.other(in)
-				before, otherBefore := in.proxy.mark(), mark{}
-				if other != nil {
-					otherBefore = other.proxy.mark()
-				}
+				others := b.others(in)
+				before, othersBefore := in.proxy.mark(), markAll(others)
 				ds, err := in.stopPod(ctx, ids[k])
 				if err != nil {
 					return nil, err
@@ -150,9 +176,7 @@ func (b *bench) sequentialRounds(ctx context.Context, prefix string, kinds []pod
 					s.remove[k] = append(s.remove[k], dr)
 					s.down[k] = append(s.down[k], ds+dr)
 					s.downReqs[k].add(in.requestsSince(before))
-					if other != nil {
-						s.otherReqs[k].add(other.allSince(otherBefore))
-					}
+					s.otherReqs[k].add(allSinceAll(others, othersBefore))
 				}
 				continue
 			}
@@ -172,15 +196,15 @@ func (b *bench) sequentialRounds(ctx context.Context, prefix string, kinds []pod
 }
 
 // reportChain adds the chain comparison of the rounds (RunPodSandbox in
-// each mode and on the floor) and notes what the other netshim did during
-// each netshim's calls.
+// each mode and on the floor) and notes what the other netshims did
+// during each netshim's calls.
 func (b *bench) reportChain(s *seqSamples, key, title string) {
-	c := chainResult{key: key, title: title, rounds: s.rounds, def: s.run[kindNetshim], pinned: s.run[kindPinned], floor: s.run[kindFloorLo],
-		floorPhases: s.floorPhases, pinnedSkip: b.pinnedSkip}
+	c := chainResult{key: key, title: title, rounds: s.rounds, def: s.run[kindNetshim], pinned: s.run[kindPinned], pauseless: s.run[kindPauseless],
+		floor: s.run[kindFloorLo], floorPhases: s.floorPhases, pinnedSkip: b.pinnedSkip}
 	b.report.addChain(c)
-	for _, k := range []podKind{kindNetshim, kindPinned} {
+	for _, k := range []podKind{kindNetshim, kindPinned, kindPauseless} {
 		if n := s.otherReqs[k].total(); n > 0 {
-			b.report.note("%s: during the %s netshim's calls (RunPodSandbox, Stop, Remove) the other netshim made %s Docker requests per round: %s. Its events watch follows every netshim pod on the engine; this is load on the same two cores that the floor does not have.",
+			b.report.note("%s: during the %s netshim's calls (RunPodSandbox, Stop, Remove) the other netshims made %s Docker requests per round: %s. Their events watches follow every netshim pod on the engine; this is load on the same two cores that the floor does not have.",
 				title, b.instanceOf(k).name, perOp(n, s.rounds), fmtKinds(s.otherReqs[k], s.rounds))
 		}
 	}

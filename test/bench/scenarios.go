@@ -17,15 +17,15 @@ import (
 // table are those of the issues. Scenarios that need pods go after
 // populate, which leaves b.population running until depopulate; the one
 // that adds a container to each pod comes after the pod-only figures so
-// that those stay comparable between runs. The pinned-mode netshim takes
-// part in the sequential rounds only (both chains), and is stopped after
-// them.
+// that those stay comparable between runs. The pinned- and pause-less-mode
+// netshims take part in the sequential rounds only (both chains), and are
+// stopped after them.
 func scenarios() []scenario {
 	return []scenario{
 		{"netshim RSS before any pod", scenarioIdleRSS},
 		{"sequential RunPodSandbox/Stop/Remove, interleaved with the floor", scenarioSequential},
 		{"sequential RunPodSandbox on the slow chain, interleaved with the floor", scenarioSlowChain},
-		{"stop the pinned-mode netshim", scenarioStopPinned},
+		{"stop the pinned- and pause-less-mode netshims", scenarioStopModes},
 		{"concurrent RunPodSandbox, then concurrent Stop+Remove", scenarioConcurrent},
 		{"create the pods that stay present", scenarioPopulate},
 		{"ListPodSandbox/PodSandboxStatus/Status latency with the pods present", scenarioReadLatency},
@@ -49,8 +49,9 @@ func scenarioIdleRSS(ctx context.Context, b *bench) error {
 }
 
 // scenarioSequential makes --seq rounds on the bridge chain of one pod of
-// each kind: the default-mode netshim, the pinned-mode one (when
-// measured), the floor with and without loopback (sequentialRounds). The
+// each kind: the default-mode netshim, the pinned- and pause-less-mode
+// ones (when measured), the floor with and without loopback
+// (sequentialRounds). The
 // rows of items 1 and 6 are the default-mode netshim's.
 func scenarioSequential(ctx context.Context, b *bench) error {
 	s, err := b.sequentialRounds(ctx, "seq", b.roundKinds(true))
@@ -90,20 +91,32 @@ func scenarioSequential(ctx context.Context, b *bench) error {
 	r.add("1/6", "  median of the per-round ratios (paired, same round)", fmt.Sprintf("%s (floor with loopback), %s (without)",
 		pairedRatio(stopRemove, floorDown[kindFloorLo]), pairedRatio(stopRemove, floorDown[kindFloorNoLo])))
 
-	if s.has(kindPinned) {
-		pRun, pDown := s.run[kindPinned], s.down[kindPinned]
-		pRunReqs, pDownReqs := s.runReqs[kindPinned], s.downReqs[kindPinned]
-		r.add("13", fmt.Sprintf("Pinned mode: RunPodSandbox p50 / p90 (%d sequential)", len(pRun)), p50p90(pRun))
-		r.add("13", "Pinned mode: Stop+Remove p50 / p90", p50p90(pDown))
-		r.add("13", "Pinned mode: Docker requests per RunPodSandbox", fmt.Sprintf("%s: %s", perOp(pRunReqs.total(), len(pRun)), fmtKinds(pRunReqs, len(pRun))))
-		r.add("13", "Pinned mode: Docker requests per Stop+Remove", fmt.Sprintf("%s: %s", perOp(pDownReqs.total(), len(pRun)), fmtKinds(pDownReqs, len(pRun))))
-		r.add("13", "Pinned mode: Stop+Remove p50 / teardown floor p50", fmt.Sprintf("%s (paired: %s)",
-			ratio(percentile(pDown, 50), r.durs["teardown.lo.p50"]), pairedRatio(pDown, floorDown[kindFloorLo])))
-		b.noteForeign("during the pinned netshim's sequential RunPodSandbox calls", pRunReqs)
-		b.noteForeign("during the pinned netshim's sequential Stop+Remove calls", pDownReqs)
-	}
+	b.reportMode(s, kindPinned, "Pinned mode")
+	b.reportMode(s, kindPauseless, "Pauseless mode")
 	b.reportChain(s, "bridge", "bridge chain")
 	return nil
+}
+
+// reportMode adds the rows of item 13 for the netshim of kind k (pinned,
+// pauseless) from the bridge chain's rounds, if it took part: its
+// RunPodSandbox and Stop+Remove, their Docker requests, and its teardown
+// against the floor's.
+func (b *bench) reportMode(s *seqSamples, k podKind, label string) {
+	if !s.has(k) {
+		return
+	}
+	r := b.report
+	run, down := s.run[k], s.down[k]
+	runReqs, downReqs := s.runReqs[k], s.downReqs[k]
+	r.add("13", fmt.Sprintf("%s: RunPodSandbox p50 / p90 (%d sequential)", label, len(run)), p50p90(run))
+	r.add("13", label+": Stop+Remove p50 / p90", p50p90(down))
+	r.add("13", label+": Docker requests per RunPodSandbox", fmt.Sprintf("%s: %s", perOp(runReqs.total(), len(run)), fmtKinds(runReqs, len(run))))
+	r.add("13", label+": Docker requests per Stop+Remove", fmt.Sprintf("%s: %s", perOp(downReqs.total(), len(run)), fmtKinds(downReqs, len(run))))
+	r.add("13", label+": Stop+Remove p50 / teardown floor p50", fmt.Sprintf("%s (paired: %s)",
+		ratio(percentile(down, 50), r.durs["teardown.lo.p50"]), pairedRatio(down, s.down[kindFloorLo])))
+	name := b.instanceOf(k).name
+	b.noteForeign("during the "+name+" netshim's sequential RunPodSandbox calls", runReqs)
+	b.noteForeign("during the "+name+" netshim's sequential Stop+Remove calls", downReqs)
 }
 
 func p50p90(s []time.Duration) string {
