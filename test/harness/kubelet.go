@@ -48,20 +48,22 @@ type kubeletConfig struct {
 	staticPodPath string
 	kubeconfig    string
 	nodeName      string
-	port          int
-	healthzPort   int
-	gates         map[string]bool
-	podLogsDir    string
-	cfgFuncs      []func(map[string]any)
-	args          []string
-	dir           string
-	logPath       string
-	verbosity     int
-	startTimeout  time.Duration
-	stopTimeout   time.Duration
-	guard         *HostGuard
-	statePath     string
-	noPreflight   bool
+	// nodeIP is --node-ip; "" leaves it out (nodeip.go).
+	nodeIP       string
+	port         int
+	healthzPort  int
+	gates        map[string]bool
+	podLogsDir   string
+	cfgFuncs     []func(map[string]any)
+	args         []string
+	dir          string
+	logPath      string
+	verbosity    int
+	startTimeout time.Duration
+	stopTimeout  time.Duration
+	guard        *HostGuard
+	statePath    string
+	noPreflight  bool
 	// Host paths kubelet uses whatever its options; unit tests move them.
 	devicePluginDir, containerLogsDir string
 	guardOpts                         []HostGuardOption
@@ -90,6 +92,10 @@ func WithKubeconfig(path string) KubeletOption { return func(c *kubeletConfig) {
 
 // WithNodeName sets --hostname-override (default netshim-e2e-node).
 func WithNodeName(name string) KubeletOption { return func(c *kubeletConfig) { c.nodeName = name } }
+
+// WithNodeIP sets --node-ip (default DefaultNodeIP(), left out when the
+// host has no default route); "" leaves it out.
+func WithNodeIP(ip string) KubeletOption { return func(c *kubeletConfig) { c.nodeIP = ip } }
 
 // WithKubeletPorts sets the API port and the healthz port (default 10250
 // and 10248), both on 127.0.0.1.
@@ -256,6 +262,7 @@ func NewKubelet(opts ...KubeletOption) (*Kubelet, error) {
 		devicePluginDir:  KubeletDevicePluginDir,
 		containerLogsDir: KubeletContainerLogsDir,
 	}
+	c.nodeIP, _ = DefaultNodeIP()
 	for _, o := range opts {
 		o(&c)
 	}
@@ -398,6 +405,9 @@ func (k *Kubelet) Args() []string {
 		"--cert-dir=" + filepath.Join(k.RootDirPath, "pki"),
 		"--hostname-override=" + k.cfg.nodeName,
 		"-v=" + strconv.Itoa(k.cfg.verbosity),
+	}
+	if k.cfg.nodeIP != "" {
+		args = append(args, "--node-ip="+k.cfg.nodeIP)
 	}
 	if k.cfg.kubeconfig != "" {
 		args = append(args, "--kubeconfig="+k.cfg.kubeconfig)

@@ -191,6 +191,9 @@ func TestKubeletConfigDefaults(t *testing.T) {
 	}
 	wantArgs := []string{"--config=" + filepath.Join(dir, "kubelet-config.json"), "--root-dir=" + dir,
 		"--cert-dir=" + filepath.Join(dir, "pki"), "--hostname-override=netshim-e2e-node", "-v=2"}
+	if ip, err := DefaultNodeIP(); err == nil {
+		wantArgs = append(wantArgs, "--node-ip="+ip)
+	}
 	if !slices.Equal(k.Args(), wantArgs) {
 		t.Errorf("args %q, want %q", k.Args(), wantArgs)
 	}
@@ -210,7 +213,7 @@ func TestKubeletConfigOptions(t *testing.T) {
 		WithKubeletDir(t.TempDir()), WithKubeletPorts(11250, 11248), WithNodeName("n1"),
 		WithFeatureGates(map[string]bool{"A": true}), WithFeatureGates(map[string]bool{"B": false}),
 		WithPodLogsDir("/tmp/pl"), WithStaticPodPath("/tmp/sp-"+t.Name()), WithKubeconfig("/etc/kc"),
-		WithKubeletArgs("--v=5", "--x"), WithKubeletVerbosity(4),
+		WithKubeletArgs("--v=5", "--x"), WithKubeletVerbosity(4), WithNodeIP("192.0.2.9"),
 		WithKubeletConfig(func(c map[string]any) { c["podCIDR"] = "10.1.0.0/24"; delete(c, "evictionHard") }),
 		WithKubeletConfig(func(c map[string]any) { c["port"] = 12000 }))
 	if err != nil {
@@ -229,7 +232,7 @@ func TestKubeletConfigOptions(t *testing.T) {
 	}
 	args := k.Args()
 	if !slices.Contains(args, "--kubeconfig=/etc/kc") || !slices.Contains(args, "--hostname-override=n1") ||
-		!slices.Contains(args, "-v=4") || !slices.Equal(args[len(args)-2:], []string{"--v=5", "--x"}) {
+		!slices.Contains(args, "-v=4") || !slices.Contains(args, "--node-ip=192.0.2.9") || !slices.Equal(args[len(args)-2:], []string{"--v=5", "--x"}) {
 		t.Errorf("args %q", args)
 	}
 	if k.URL() != "https://127.0.0.1:11250" {
