@@ -226,7 +226,7 @@ func setUp() (*world, error) {
 		harness.WithRuntimeEndpoint(w.netshim.Sock),
 		harness.WithKubeconfig(kubeconfig),
 		harness.WithNodeName(nodeName),
-		harness.WithKubeletArgs("--node-ip="+nodeIP),
+		harness.WithNodeIP(nodeIP),
 		harness.WithKubeletPorts(ports[0], ports[1]),
 		harness.WithKubeletDir(filepath.Join(w.dir, "kubelet")),
 		harness.WithKubeletLog(filepath.Join(w.dir, "kubelet.log")),
