@@ -538,6 +538,9 @@ func contains(lines []string, want string) bool {
 
 // ---------------------------------------------------------------- the test
 
+// kubeletUpTimeout bounds the wait for kubelet's authenticated API.
+const kubeletUpTimeout = 30 * time.Second
+
 func TestKubeletStaticPod(t *testing.T) {
 	e := loadEnv(t)
 	r := &recorder{t: t, path: e.results}
@@ -547,15 +550,23 @@ func TestKubeletStaticPod(t *testing.T) {
 
 	c := &cri{rt: harness.ConnectCRI(t, e.sock).Runtime}
 
-	// kubelet answers on its healthz and its authenticated API.
+	// kubelet answers on its healthz and its authenticated API. The
+	// harness waited for healthz; the API server is started by another
+	// goroutine of kubelet's and may listen a moment later (seen once:
+	// connection refused on 10250 with healthz ok).
 	{
 		var err error
-		body, herr := httpGet(kubeletClient, e.healthzURL)
-		if herr != nil || strings.TrimSpace(body) != "ok" {
-			err = fmt.Errorf("healthz: %q, %v", body, herr)
-		} else if _, _, perr := e.kubeletPod(); perr != nil {
-			err = perr
-		}
+		harness.Eventually(kubeletUpTimeout, func() bool {
+			body, herr := httpGet(kubeletClient, e.healthzURL)
+			if herr != nil || strings.TrimSpace(body) != "ok" {
+				err = fmt.Errorf("healthz: %q, %v", body, herr)
+			} else if _, _, perr := e.kubeletPod(); perr != nil {
+				err = perr
+			} else {
+				err = nil
+			}
+			return err == nil
+		})
 		r.check("kubelet-up", outcome{"healthz ok, /pods answers on the authenticated port", err})
 	}
 
