@@ -128,20 +128,8 @@ func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeap
 	if dns := cfg.GetDnsConfig(); dns != nil {
 		pl.DNS = &checkpoint.DNS{Servers: dns.Servers, Searches: dns.Searches, Options: dns.Options}
 	}
-	now := time.Now().UnixNano()
-	cp := &checkpoint.PodSandbox{
-		Version:      checkpoint.CurrentVersion,
-		SandboxID:    id,
-		Name:         md.Name,
-		Namespace:    md.Namespace,
-		UID:          md.Uid,
-		Attempt:      md.Attempt,
-		PortMappings: checkpointPortMappings(cfg.GetPortMappings()),
-		CreatedAt:    now,
-		Setup:        checkpoint.SetupPending,
-		NetNS:        paths[podns.Net],
-		Pauseless:    pl,
-	}
+	cp := newSandboxCheckpoint(id, cfg, paths[podns.Net])
+	cp.Pauseless = pl
 	t.step("namespaces")
 
 	// Nobody knows the ID yet; the lock keeps a Stop or Remove of a client

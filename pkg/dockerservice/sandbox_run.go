@@ -124,25 +124,10 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		return nil, fmt.Errorf("locking new sandbox %s: %w", id, err)
 	}
 	defer unlock()
-	cp := &checkpoint.PodSandbox{
-		Version:      checkpoint.CurrentVersion,
-		SandboxID:    id,
-		Name:         md.Name,
-		Namespace:    md.Namespace,
-		UID:          md.Uid,
-		Attempt:      md.Attempt,
-		HostNetwork:  hostNetwork,
-		PortMappings: checkpointPortMappings(cfg.GetPortMappings()),
-		CreatedAt:    time.Now().UnixNano(),
-		// The pod network is not set up until the checkpoint says so: a
-		// daemon killed before that finds "pending" at start-up, never
-		// reports the sandbox READY and releases what the ADD took. A
-		// host-network pod has nothing to set up.
-		Setup: checkpoint.SetupPending,
-		NetNS: netns,
-	}
+	cp := newSandboxCheckpoint(id, cfg, netns)
 	if hostNetwork {
-		cp.Setup = checkpoint.SetupReady
+		// A host-network pod has no pod network to set up.
+		cp.HostNetwork, cp.Setup = true, checkpoint.SetupReady
 	}
 	// The checkpoint is written before the container starts, so that a
 	// crash at any later point still leaves what teardown needs.
@@ -179,6 +164,26 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	}
 	t.done("podSandboxID", id)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+// newSandboxCheckpoint is the first checkpoint of a sandbox being made,
+// its network setup "pending": it is not set up until the checkpoint says
+// so, and a daemon killed before that finds "pending" at start-up, never
+// reports the sandbox READY and releases what the ADD took.
+func newSandboxCheckpoint(id string, cfg *runtimeapi.PodSandboxConfig, netns string) *checkpoint.PodSandbox {
+	md := cfg.GetMetadata()
+	return &checkpoint.PodSandbox{
+		Version:      checkpoint.CurrentVersion,
+		SandboxID:    id,
+		Name:         md.GetName(),
+		Namespace:    md.GetNamespace(),
+		UID:          md.GetUid(),
+		Attempt:      md.GetAttempt(),
+		PortMappings: checkpointPortMappings(cfg.GetPortMappings()),
+		CreatedAt:    time.Now().UnixNano(),
+		Setup:        checkpoint.SetupPending,
+		NetNS:        netns,
+	}
 }
 
 // startInfraContainer starts the sandbox's infra container through the
