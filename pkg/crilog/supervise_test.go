@@ -90,7 +90,11 @@ func (s *liveSource) ContainerLogs(ctx context.Context, id string, opts containe
 			s.mu.Lock()
 			first, msgs := sent, s.msgs[sent:]
 			sent = len(s.msgs)
-			unfollowed := s.unfollowed
+			// Copied under the lock: the test adds to the map meanwhile.
+			unfollowed := map[int]bool{}
+			for i := range msgs {
+				unfollowed[first+i] = s.unfollowed[first+i]
+			}
 			end := s.state != StateRunning || !opts.Follow
 			broken := s.broken[n]
 			changed := s.changed
