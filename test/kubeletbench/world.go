@@ -413,6 +413,12 @@ func (w *world) hold(ctx context.Context, rt runtimeapi.RuntimeServiceClient, st
 	if res.pss, err = st.samplePSS(w.procs); err != nil {
 		return err
 	}
+	if w.o.profile {
+		// The heap as the PSS was taken: what netshim's share of it holds.
+		if err := w.fetchPprof(ctx, "heap", filepath.Join(rw.artifacts, "netshim.heap.pprof")); err != nil {
+			res.notes = append(res.notes, fmt.Sprintf("heap profile: %v", err))
+		}
+	}
 	var gone int
 	res.cpu, gone = cpuBetween(c0, c1)
 	if gone > 0 {
@@ -456,9 +462,14 @@ func (w *world) netshimURL() string {
 // profile saves a CPU profile of netshim over the hold.
 func (w *world) profile(ctx context.Context, path string) error {
 	secs := int(w.o.hold / time.Second)
-	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", w.netshimURL(), secs)
 	ctx, cancel := context.WithTimeout(ctx, w.o.hold+30*time.Second)
 	defer cancel()
+	return w.fetchPprof(ctx, fmt.Sprintf("profile?seconds=%d", secs), path)
+}
+
+// fetchPprof saves netshim's /debug/pprof/<what> to path.
+func (w *world) fetchPprof(ctx context.Context, what, path string) error {
+	url := fmt.Sprintf("%s/debug/pprof/%s", w.netshimURL(), what)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
