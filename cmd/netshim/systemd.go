@@ -175,13 +175,17 @@ func (s *supervisor) watchdog(ctx context.Context, timeout time.Duration, heartb
 	tick := s.clock.NewTicker(timeout / 2)
 	defer tick.Stop()
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C():
+		case now = <-tick.C():
 		}
+		// Judged at the tick's time, not at the time of the check: a
+		// beat read after the tick counts, and a check that runs late
+		// does not count the delay against the loop.
 		last, period := heartbeat()
-		ping, changed, age := g.check(s.clock.Now(), last, period)
+		ping, changed, age := g.check(now, last, period)
 		switch {
 		case changed && !ping:
 			klog.ErrorS(nil, "The Docker state index loop stopped: withholding systemd's watchdog ping, so that systemd restarts netshim", "lastBeat", age.Round(time.Millisecond), "watchdog", timeout)
