@@ -165,16 +165,27 @@ unit:
 # _test.go file) are found with grep and run one by one, all of them even
 # if one fails; -parallel keeps the CPU use modest. A failing input is
 # written to the package's testdata/fuzz/ for `go test -run`.
+# Go before 1.27 can fail a target with a bare "context deadline exceeded"
+# when -fuzztime ends (a race in its fuzz coordinator, go.dev/issue/75804,
+# seen in CI); a run that fails that way and writes no failing input is
+# reported and not counted as a failure.
 FUZZTIME ?= 30s
 FUZZPARALLEL ?= 2
 fuzz:
 	@targets=$$(grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' pkg | \
 		sed 's|^\(.*\)/[^/]*:func \(.*\)$$|./\1 \2|' | sort -u); \
 	if [[ -z "$$targets" ]]; then echo "fuzz: no fuzz targets under pkg/" >&2; exit 1; fi; \
-	failed=0; \
+	failed=0; log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	while read -r dir target; do \
 		echo "==> fuzz $$dir $$target ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$dir || failed=1; \
+		before=$$({ ls "$$dir/testdata/fuzz/$$target" 2>/dev/null || true; } | wc -l); \
+		rc=0; $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$dir 2>&1 | tee "$$log" || rc=$$?; \
+		[[ $$rc -eq 0 ]] && continue; \
+		after=$$({ ls "$$dir/testdata/fuzz/$$target" 2>/dev/null || true; } | wc -l); \
+		if [[ $$after -eq $$before ]] && grep -qx '    context deadline exceeded' "$$log" && \
+			! grep -q 'Failing input written' "$$log"; then \
+			echo "fuzz: $$target: Go's fuzz coordinator failed at the end of -fuzztime with no failing input (go.dev/issue/75804); not counted"; \
+		else failed=1; fi; \
 	done <<< "$$targets"; \
 	exit $$failed
 
