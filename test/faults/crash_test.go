@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,8 +120,11 @@ exec %[2]s/host-local
 		wg.Wait()
 		cancel()
 		n.MustStart(t)
-		// The orphaned plugins were killed by the restarted netshim.
-		if left := processesRunning(filepath.Join(bin, "slow-ipam")); len(left) > 0 {
+		// The orphaned plugins were killed by the restarted netshim. Only
+		// ADDs count: the restarted netshim's own start-up teardown runs
+		// DELs through the same script (briefly, before it execs
+		// host-local) and may be doing so right now.
+		if left := processesRunning(filepath.Join(bin, "slow-ipam"), "CNI_COMMAND=ADD"); len(left) > 0 {
 			t.Errorf("round %d: orphaned slow IPAM plugins still run after the restart: pids %v", r, left)
 		}
 		for _, p := range w.mustSandboxes() {
@@ -232,8 +236,9 @@ func (w *world) runtimeReady() bool {
 }
 
 // processesRunning returns the pids of live processes whose command line
-// names path (a script's interpreter has it as an argument).
-func processesRunning(path string) []int {
+// names path (a script's interpreter has it as an argument) and whose
+// environment holds env ("NAME=value").
+func processesRunning(path, env string) []int {
 	entries, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range entries {
@@ -243,6 +248,10 @@ func processesRunning(path string) []int {
 		}
 		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil || !strings.Contains(string(cmd), path) {
+			continue
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !slices.Contains(strings.Split(string(environ), "\x00"), env) {
 			continue
 		}
 		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
