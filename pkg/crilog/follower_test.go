@@ -111,7 +111,9 @@ func replaySource(t *testing.T, msgs []dockerMsg) *fakeSource {
 	}}
 }
 
-// pipeSource hands out one stream that the test writes as it goes.
+// pipeSource hands out one followed stream that the test writes as it
+// goes. A read without following, the drain once the followed stream has
+// ended, finds nothing more: the pipe held the whole log.
 type pipeSource struct {
 	*fakeSource
 	w *io.PipeWriter
@@ -120,7 +122,10 @@ type pipeSource struct {
 func newPipeSource() *pipeSource {
 	r, w := io.Pipe()
 	return &pipeSource{
-		fakeSource: &fakeSource{open: func(context.Context, container.LogsOptions) (io.ReadCloser, error) {
+		fakeSource: &fakeSource{open: func(_ context.Context, opts container.LogsOptions) (io.ReadCloser, error) {
+			if !opts.Follow {
+				return io.NopCloser(bytes.NewReader(nil)), nil
+			}
 			return r, nil
 		}},
 		w: w,

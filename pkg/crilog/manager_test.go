@@ -58,6 +58,7 @@ func TestManagerStartIsIdempotentAndCleansUp(t *testing.T) {
 		t.Errorf("Reopen after the end = %v, want ErrNotFollowing", err)
 	}
 	checkLines(t, path, entry(at(1), Stdout, "F", "hello"))
+	checkFollowThenDrain(t, src.callList(), "")
 
 	// Following again (netshim restarted, say) resumes from the file.
 	again := streamSource(nil)
@@ -65,10 +66,18 @@ func TestManagerStartIsIdempotentAndCleansUp(t *testing.T) {
 	if err := m.Start(context.Background(), "c1", path, false); err != nil {
 		t.Fatal(err)
 	}
-	if calls := again.callList(); len(calls) != 1 || calls[0].opts.Since != dockerSince(at(1)) {
-		t.Errorf("calls = %+v, want one since %s", calls, dockerSince(at(1)))
-	}
 	waitGone(t, m, "c1")
+	checkFollowThenDrain(t, again.callList(), dockerSince(at(1)))
+}
+
+// checkFollowThenDrain checks the log reads of a container that exited
+// while followed: one followed stream from since, then, once Docker ended
+// it, one read without following (see Manager.restartReason).
+func checkFollowThenDrain(t *testing.T, calls []logsCall, since string) {
+	t.Helper()
+	if len(calls) != 2 || !calls[0].opts.Follow || calls[0].opts.Since != since || calls[1].opts.Follow {
+		t.Errorf("calls = %+v, want a followed stream since %q, then one read without following", calls, since)
+	}
 }
 
 func TestManagerStop(t *testing.T) {
