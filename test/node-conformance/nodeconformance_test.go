@@ -22,8 +22,8 @@ import (
 	"github.com/netshim/netshim/test/harness"
 )
 
-// The fixed things a run uses; one run at a time holds them (make takes
-// /tmp/netshim-docker.lock).
+// The fixed things a run uses: one run at a time on a machine (preflight
+// refuses to start beside another).
 const (
 	bridge       = "nsnode0"
 	podCIDR      = "10.178.0.0/24"
@@ -129,8 +129,12 @@ func preflight(t *testing.T) {
 		l.Close()
 	}
 	for _, d := range []string{podLogsDir, kubeletRoot} {
-		if entries, err := os.ReadDir(d); err == nil && len(entries) > 0 {
-			t.Fatalf("%s holds entries of another kubelet; the suite's kubelet would take them over (remove them first)", d)
+		files, err := Leftovers(d, 5)
+		if err != nil {
+			t.Fatalf("looking for another kubelet's files: %v", err)
+		}
+		if len(files) > 0 {
+			t.Fatalf("%s holds files of another kubelet, which the suite's kubelet would take over (remove them first): %s", d, strings.Join(files, " "))
 		}
 	}
 	if _, err := os.Stat("/sys/class/net/" + bridge); err == nil {
