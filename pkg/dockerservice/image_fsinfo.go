@@ -16,6 +16,8 @@ import (
 	"github.com/docker/docker/api/types/system"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/layerusage"
 )
 
 // ImageFsInfo reports the image filesystem and the container (writable
@@ -40,8 +42,15 @@ import (
 // in every container, /etc/hosts and the like, written once at create and
 // only read after, as a lower layer of the container's mount) never
 // changes under its ID either: each is walked once and remembered, as are
-// the IDs read from the layer database. Only writable layers, layers being
-// pulled and the small link directory are walked again. A result is served for fsUsageTTL; after that the next
+// the IDs read from the layer database. A container's writable layer is
+// walked again once its last walk is writableRemeasure old: kubelet asks
+// every 10 s, and walking every container's layer that often was a quarter
+// of netshim's CPU under a kubelet with 50 pods (pprof); a minute is how
+// stale each container's own writable_layer figure may be too
+// (pkg/layerusage), and how often cAdvisor measured containers for
+// dockershim. A new writable layer is walked at once, a removed one stops
+// counting at once. Only layers being pulled and the small link directory
+// are walked every time. A result is served for fsUsageTTL; after that the next
 // call still answers at once with the last result and starts one refresh
 // in the background (kubelet polls this often and must never wait for a
 // walk). Only the very first call waits. Timestamps say when a result was
@@ -71,6 +80,10 @@ func (ds *DockerService) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsI
 
 // fsUsageTTL is how long a measurement is served before a refresh starts.
 const fsUsageTTL = 5 * time.Second
+
+// writableRemeasure is how old a writable layer's walk may be before a
+// refresh walks it again (see ImageFsInfo).
+const writableRemeasure = layerusage.DefaultInterval
 
 type fsUsage struct{ bytes, inodes uint64 }
 
@@ -114,6 +127,15 @@ type fsMemo struct {
 	// ids is what each entry of the layer database names (its cache-id,
 	// or its mount-id and init-id), by the entry's path.
 	ids map[string][]string
+	// writable is the last walk of each container's writable layer, by
+	// the name of its directory.
+	writable map[string]timedUsage
+}
+
+// timedUsage is a walk's result and when it was taken.
+type timedUsage struct {
+	fsUsage
+	at time.Time
 }
 
 type fsRefresh struct {
@@ -231,7 +253,7 @@ func (ds *DockerService) measureFsUsage(ctx context.Context, memo *fsMemo) (*fsS
 	if memo == nil || memo.driverDir != driverDir {
 		memo = &fsMemo{}
 	}
-	next.driverDir, next.layers, next.ids = driverDir, map[string]fsUsage{}, map[string][]string{}
+	next.driverDir, next.layers, next.ids, next.writable = driverDir, map[string]fsUsage{}, map[string][]string{}, map[string]timedUsage{}
 	layerdb := filepath.Join(settings.rootDir, "image", settings.driver, "layerdb")
 	mounts := readLayerIDs(filepath.Join(layerdb, "mounts"), memo.ids, next.ids, "mount-id", "init-id")
 	imageLayers := readLayerIDs(filepath.Join(layerdb, "sha256"), memo.ids, next.ids, "cache-id")
@@ -260,8 +282,14 @@ func (ds *DockerService) measureFsUsage(ctx context.Context, memo *fsMemo) (*fsS
 		switch {
 		case mounts[name] == "mount-id":
 			// A container's writable layer: it changes as the
-			// container writes.
-			stats.containers.add(diskUsage(path, dev))
+			// container writes, and is walked again once its last
+			// walk is old.
+			w, ok := memo.writable[name]
+			if !ok || at.Sub(w.at) >= writableRemeasure || w.at.After(at) {
+				w = timedUsage{diskUsage(path, dev), at}
+			}
+			next.writable[name] = w
+			stats.containers.add(w.fsUsage)
 		case mounts[name] == "init-id":
 			stats.containers.add(immutable(name, path))
 		case imageLayers[name] != "":
