@@ -49,6 +49,9 @@ type options struct {
 	criDockerdRootDir   string
 	sandboxNetNS        string
 	netnsDir            string
+	// testWedgeIndex: SIGUSR2 wedges the index loop (make e2e-vm's
+	// watchdog check); hidden, never for a node.
+	testWedgeIndex bool
 }
 
 func defaultOptions() *options {
@@ -97,6 +100,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.kubenetIPAMDir, "kubenet-ipam-dir", o.kubenetIPAMDir, "kubenet: host-local's store directory; empty means host-local's default /var/lib/cni/networks (for tests).")
 	_ = fs.MarkHidden("kubenet-bridge")
 	_ = fs.MarkHidden("kubenet-ipam-dir")
+	fs.BoolVar(&o.testWedgeIndex, "test-wedge-index-on-sigusr2", false, "For tests of the watchdog only: SIGUSR2 wedges the Docker state index loop for good, as a deadlock would, so that systemd's watchdog kills and restarts netshim.")
+	_ = fs.MarkHidden("test-wedge-index-on-sigusr2")
 	fs.StringVar(&o.restrictOOMScoreAdj, "restrict-oom-score-adj", o.restrictOOMScoreAdj, "Clamp negative oom_score_adj values (kubelet asks -998 for sandboxes) to netshim's own: \"auto\" when netshim lacks CAP_SYS_RESOURCE (runc would fail the start), \"true\" always, \"false\" never.")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", o.stopTimeout, "Grace period given to a sandbox's containers when the sandbox is stopped.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "On SIGTERM/SIGINT, how long in-flight RPCs may run before the server stops hard.")

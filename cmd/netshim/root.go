@@ -169,6 +169,9 @@ func run(ctx context.Context, opts *options) error {
 		klog.InfoS("Pinging systemd's watchdog while the Docker state index loop runs", "interval", watchdog/2, "watchdog", watchdog)
 		go sup.watchdog(ctx, watchdog, ds.IndexHeartbeat)
 	}
+	if opts.testWedgeIndex {
+		wedgeIndexOnSignal(ctx, ds)
+	}
 
 	// Exec, attach and port-forward sessions: the RPCs hand out URLs of
 	// this server. It listens before the CRI socket does, so no URL is

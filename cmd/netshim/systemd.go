@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"os/signal"
+	"syscall"
+
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -243,4 +246,23 @@ func watchdogTimeout() time.Duration {
 		return 0
 	}
 	return d
+}
+
+// wedgeIndexOnSignal wedges the index loop at the first SIGUSR2
+// (--test-wedge-index-on-sigusr2): the way to show, on a real systemd, that
+// a hung loop stops the watchdog pings and gets netshim restarted
+// (make e2e-vm). The rest of netshim keeps running, as in a real deadlock.
+func wedgeIndexOnSignal(ctx context.Context, ds interface{ WedgeIndexForTest() }) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGUSR2)
+	klog.InfoS("WARNING: --test-wedge-index-on-sigusr2: SIGUSR2 will wedge the Docker state index loop (a test hook)")
+	go func() {
+		defer signal.Stop(ch)
+		select {
+		case <-ctx.Done():
+		case <-ch:
+			klog.InfoS("SIGUSR2: wedging the Docker state index loop (--test-wedge-index-on-sigusr2)")
+			ds.WedgeIndexForTest()
+		}
+	}()
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -437,5 +438,30 @@ func TestRunUnderSystemdWaitsForDocker(t *testing.T) {
 	}
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("the socket netshim made is still there after the stop (%v)", err)
+	}
+}
+
+type wedgeRecorder struct{ wedged chan struct{} }
+
+func (w *wedgeRecorder) WedgeIndexForTest() { close(w.wedged) }
+
+// The hidden test hook wedges the index at SIGUSR2, and only then.
+func TestWedgeIndexOnSignal(t *testing.T) {
+	w := &wedgeRecorder{wedged: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wedgeIndexOnSignal(ctx, w)
+	select {
+	case <-w.wedged:
+		t.Fatal("wedged before any SIGUSR2")
+	default:
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.wedged:
+	case <-time.After(30 * time.Second):
+		t.Fatal("SIGUSR2 did not wedge the index within 30 s")
 	}
 }

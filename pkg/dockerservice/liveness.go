@@ -25,3 +25,6 @@ func (ds *DockerService) IndexHeartbeat() (last time.Time, period time.Duration)
 func (ds *DockerService) Counts() (sandboxes, containers int) {
 	return len(ds.store.List(store.KindSandbox)), len(ds.store.List(store.KindContainer))
 }
+
+// WedgeIndexForTest wedges the index loop for good (Index.WedgeForTest).
+func (ds *DockerService) WedgeIndexForTest() { ds.index.WedgeForTest() }

@@ -31,3 +31,10 @@ func (x *Index) HeartbeatPeriod() time.Duration {
 func (x *Index) beatInterval() time.Duration {
 	return max(x.opts.StuckAfter/4, time.Millisecond)
 }
+
+// WedgeForTest takes the index's lock and never gives it back: the loop
+// stops at its next beat, as it would in a deadlock. Only for showing that
+// the watchdog acts on a stuck loop (netshim --test-wedge-index-on-sigusr2).
+func (x *Index) WedgeForTest() {
+	x.mu.Lock()
+}

@@ -83,3 +83,12 @@ func TestHeartbeatPeriod(t *testing.T) {
 		})
 	}
 }
+
+// WedgeForTest holds the lock the loop's beat takes, for good.
+func TestWedgeForTestHoldsTheLock(t *testing.T) {
+	x := New(newFakeEngine(), decode, Options{})
+	x.WedgeForTest()
+	if x.mu.TryLock() {
+		t.Fatal("the index's lock is free after WedgeForTest")
+	}
+}
