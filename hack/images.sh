@@ -18,9 +18,6 @@ RECIPE=2
 
 die() { echo "images.sh: $*" >&2; exit 1; }
 
-timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1 ||
-  die "the Docker engine does not answer (run hack/dockerd.sh start)"
-
 mkdir -p "$OUT"
 
 # current_key IMAGE: the content hash label of IMAGE, or nothing if it is missing.
@@ -42,7 +39,9 @@ import() {
     die "docker import of $image failed"
 }
 
-build_pause() {
+# pause_rootfs: $OUT/pause/rootfs with the static pause binary (built when
+# missing or older than its source).
+pause_rootfs() {
   command -v gcc >/dev/null || die "gcc not found (run hack/install-deps.sh)"
   local dir="$OUT/pause" bin="$OUT/pause/rootfs/pause" src="$ROOT/hack/pause/pause.c"
   mkdir -p "$dir/rootfs"
@@ -51,25 +50,22 @@ build_pause() {
       die "building $src failed (is libc6-dev installed?)"
     mv -f "$bin.tmp" "$bin"
   fi
-  local key
+}
+
+build_pause() {
+  pause_rootfs
+  local bin="$OUT/pause/rootfs/pause" key
   key=$( { echo "recipe $RECIPE"; sha256sum <"$bin"; } | sha256sum | cut -d' ' -f1)
   if [[ "$(current_key "$PAUSE_IMAGE")" != "$key" ]]; then
-    import "$dir/rootfs" "$PAUSE_IMAGE" "$key" 'ENTRYPOINT ["/pause"]'
+    import "$OUT/pause/rootfs" "$PAUSE_IMAGE" "$key" 'ENTRYPOINT ["/pause"]'
     echo "images.sh: imported $PAUSE_IMAGE"
   fi
 }
 
-build_busybox() {
-  [[ -x "$BUSYBOX_BIN" ]] || die "$BUSYBOX_BIN not found (run hack/install-deps.sh: busybox-static)"
-  # Only a static busybox works in an image without a libc.
-  if ! file_is_static "$BUSYBOX_BIN"; then
-    die "$BUSYBOX_BIN is not statically linked (install busybox-static)"
-  fi
-  local key
-  key=$( { echo "recipe $RECIPE"; sha256sum <"$BUSYBOX_BIN"; } | sha256sum | cut -d' ' -f1)
-  if [[ "$(current_key "$BUSYBOX_IMAGE")" == "$key" ]]; then
-    return 0
-  fi
+# busybox_rootfs: $OUT/busybox/rootfs, busybox-static with its applets
+# hard-linked into /bin and a minimal /etc.
+busybox_rootfs() {
+  busybox_rootfs_check
   local rootfs="$OUT/busybox/rootfs"
   rm -rf "$OUT/busybox"
   mkdir -p "$rootfs"/{bin,etc,tmp,root}
@@ -91,14 +87,51 @@ PASSWD
 root:x:0:
 nogroup:x:65534:
 GROUP
-  import "$rootfs" "$BUSYBOX_IMAGE" "$key" 'CMD ["sh"]'
+}
+
+busybox_key() {
+  { echo "recipe $RECIPE"; sha256sum <"$BUSYBOX_BIN"; } | sha256sum | cut -d' ' -f1
+}
+
+build_busybox() {
+  local key
+  busybox_rootfs_check
+  key=$(busybox_key)
+  if [[ "$(current_key "$BUSYBOX_IMAGE")" == "$key" ]]; then
+    return 0
+  fi
+  busybox_rootfs
+  import "$OUT/busybox/rootfs" "$BUSYBOX_IMAGE" "$key" 'CMD ["sh"]'
   echo "images.sh: imported $BUSYBOX_IMAGE"
+}
+
+busybox_rootfs_check() {
+  [[ -x "$BUSYBOX_BIN" ]] || die "$BUSYBOX_BIN not found (run hack/install-deps.sh: busybox-static)"
+  # Only a static busybox works in an image without a libc.
+  file_is_static "$BUSYBOX_BIN" || die "$BUSYBOX_BIN is not statically linked (install busybox-static)"
 }
 
 # file_is_static BIN: BIN has no ELF program interpreter, i.e. needs no ld.so.
 file_is_static() {
   ! LC_ALL=C readelf -l "$1" 2>/dev/null | grep 'program interpreter' >/dev/null
 }
+
+# tars DEST: the images' root filesystems as tar files, DEST/pause.tar and
+# DEST/busybox.tar, for a Docker engine elsewhere (the VM node of make e2e-vm
+# imports them with `docker import`); needs no engine here.
+if [[ "${1:-}" == tars ]]; then
+  dest=${2:?usage: images.sh tars DEST}
+  mkdir -p "$dest"
+  pause_rootfs
+  busybox_rootfs
+  for name in pause busybox; do
+    tar -C "$OUT/$name/rootfs" --owner=0 --group=0 --numeric-owner -cf "$dest/$name.tar" .
+  done
+  exit 0
+fi
+
+timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1 ||
+  die "the Docker engine does not answer (run hack/dockerd.sh start)"
 
 build_pause
 build_busybox
