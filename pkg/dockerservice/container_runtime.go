@@ -47,7 +47,7 @@ type containerRuntime struct {
 	mu sync.Mutex
 	// cgroupDriver is Docker's, read once: it cannot change without a
 	// dockerd restart, which kubelet does not survive either.
-	cgroupDriver *runtimeapi.CgroupDriver
+	cgroupDriver string
 }
 
 func newContainerRuntime(client DockerClient, logOpts ...crilog.ManagerOption) *containerRuntime {
@@ -76,26 +76,37 @@ func (c *containerRuntime) verifiedNetNSPath(containerID string, pid int) (strin
 // one Docker uses, or the pods' cgroups would land in a hierarchy Docker
 // does not manage.
 func (ds *DockerService) RuntimeConfig(ctx context.Context, _ *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+	name, err := ds.dockerCgroupDriver(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var d runtimeapi.CgroupDriver
+	switch name {
+	case "systemd":
+		d = runtimeapi.CgroupDriver_SYSTEMD
+	case "cgroupfs":
+		d = runtimeapi.CgroupDriver_CGROUPFS
+	default:
+		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("docker reports cgroup driver %q, which the CRI cannot express (want systemd or cgroupfs)", name))
+	}
+	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: d}}, nil
+}
+
+// dockerCgroupDriver is Docker's cgroup driver ("systemd", "cgroupfs"),
+// lower-cased, asked once (cgroup_parent.go needs it too).
+func (ds *DockerService) dockerCgroupDriver(ctx context.Context) (string, error) {
 	c := ds.containers
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cgroupDriver == nil {
+	if c.cgroupDriver == "" {
 		info, err := ds.client.Info(ctx)
 		if err != nil {
-			return nil, withCode(codes.Unavailable, fmt.Errorf("asking Docker for its cgroup driver: %w", err))
+			return "", withCode(codes.Unavailable, fmt.Errorf("asking Docker for its cgroup driver: %w", err))
 		}
-		var d runtimeapi.CgroupDriver
-		switch strings.ToLower(info.CgroupDriver) {
-		case "systemd":
-			d = runtimeapi.CgroupDriver_SYSTEMD
-		case "cgroupfs":
-			d = runtimeapi.CgroupDriver_CGROUPFS
-		default:
-			return nil, withCode(codes.FailedPrecondition, fmt.Errorf("docker reports cgroup driver %q, which the CRI cannot express (want systemd or cgroupfs)", info.CgroupDriver))
-		}
-		c.cgroupDriver = &d
+		// An engine that names none is asked again next time.
+		c.cgroupDriver = strings.ToLower(info.CgroupDriver)
 	}
-	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: *c.cgroupDriver}}, nil
+	return c.cgroupDriver, nil
 }
 
 // hostSELinuxEnabled says whether the kernel has SELinux enabled: selinuxfs

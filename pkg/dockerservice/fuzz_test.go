@@ -84,7 +84,7 @@ func FuzzSandboxDockerConfig(f *testing.F) {
 			}
 			return
 		}
-		config, hc, err := fuzzService().sandboxDockerConfig(cfg, "")
+		config, hc, err := fuzzService().sandboxDockerConfig(cfg, "", cfg.GetLinux().GetCgroupParent())
 		if err != nil {
 			if codeOf(err) != codes.InvalidArgument {
 				t.Fatalf("mapping error %v has code %v, want InvalidArgument", err, codeOf(err))

@@ -89,7 +89,9 @@ func newSandboxID() (string, error) {
 // runPauselessSandbox is RunPodSandbox for a pause-less sandbox: pin the
 // namespaces, write the checkpoint, index the sandbox, CNI ADD. Any failure
 // undoes all of it. RunPodSandbox has checked that no sandbox has the name.
-func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, name string, t *stepTimer) (*runtimeapi.RunPodSandboxResponse, error) {
+// cgroupParent is the pod's cgroup parent in Docker's form
+// (dockerCgroupParent): every container of the pod gets it.
+func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, name, cgroupParent string, t *stepTimer) (*runtimeapi.RunPodSandboxResponse, error) {
 	md := cfg.GetMetadata()
 	labels, err := sandboxLabels(cfg, "")
 	if err != nil {
@@ -123,7 +125,7 @@ func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeap
 		Labels:       labels,
 		Hostname:     hostname,
 		Sysctls:      maps.Clone(linux.GetSysctls()),
-		CgroupParent: linux.GetCgroupParent(),
+		CgroupParent: cgroupParent,
 	}
 	if dns := cfg.GetDnsConfig(); dns != nil {
 		pl.DNS = &checkpoint.DNS{Servers: dns.Servers, Searches: dns.Searches, Options: dns.Options}

@@ -56,8 +56,14 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	if err != nil {
 		return nil, err
 	}
+	// Before anything is made: a parent Docker cannot take fails the pod
+	// here, with nothing to undo.
+	cgroupParent, err := ds.dockerCgroupParent(ctx, cfg.GetLinux().GetCgroupParent())
+	if err != nil {
+		return nil, err
+	}
 	if path == sandboxPauseless {
-		return ds.runPauselessSandbox(ctx, cfg, name, t) // sandbox_pauseless.go
+		return ds.runPauselessSandbox(ctx, cfg, name, cgroupParent, t) // sandbox_pauseless.go
 	}
 	image := ds.cfg.PodInfraImage
 	if err := ds.ensureImage(ctx, image); err != nil {
@@ -65,7 +71,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	}
 	t.step("image")
 
-	config, hostConfig, err := ds.sandboxDockerConfig(cfg, r.GetRuntimeHandler())
+	config, hostConfig, err := ds.sandboxDockerConfig(cfg, r.GetRuntimeHandler(), cgroupParent)
 	if err != nil {
 		return nil, err
 	}
@@ -350,8 +356,9 @@ func (ds *DockerService) reserveName(name string) (func(), error) {
 	}, nil
 }
 
-// sandboxDockerConfig maps a CRI sandbox config to Docker's.
-func (ds *DockerService) sandboxDockerConfig(cfg *runtimeapi.PodSandboxConfig, runtimeHandler string) (*container.Config, *container.HostConfig, error) {
+// sandboxDockerConfig maps a CRI sandbox config to Docker's; cgroupParent
+// is the config's in Docker's form (dockerCgroupParent).
+func (ds *DockerService) sandboxDockerConfig(cfg *runtimeapi.PodSandboxConfig, runtimeHandler, cgroupParent string) (*container.Config, *container.HostConfig, error) {
 	labels, err := sandboxLabels(cfg, runtimeHandler)
 	if err != nil {
 		return nil, nil, err
@@ -376,7 +383,7 @@ func (ds *DockerService) sandboxDockerConfig(cfg *runtimeapi.PodSandboxConfig, r
 		Runtime: runtimeHandler,
 		// The restart policy stays "no": kubelet decides what restarts.
 	}
-	hc.CgroupParent = linux.GetCgroupParent()
+	hc.CgroupParent = cgroupParent
 	if ns.GetNetwork() == runtimeapi.NamespaceMode_NODE {
 		hc.NetworkMode = "host"
 		// Docker refuses a hostname with host networking; the pod then
