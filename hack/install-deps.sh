@@ -18,6 +18,10 @@ PACKAGES=(
   libseccomp-dev # runc 1.4.3 for the Docker 29 engine (hack/docker29.sh) is built with seccomp
   systemd        # systemd-socket-activate (e2e TestSystemdSocketActivationAndNotify), systemd-analyze (make lint)
   lintian # make deb checks the package with it
+  # make e2e-vm: the VM node (hack/vm-image.sh, test/vmnode)
+  qemu-system-x86
+  qemu-utils
+  debootstrap
 )
 
 missing=()

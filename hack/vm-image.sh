@@ -27,7 +27,6 @@
 # this machine's apt uses (/etc/apt/sources.list.d/*.sources or sources.list).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VM_CACHE=${VM_CACHE:-/var/cache/netshim-vm}
 SUITE=bookworm
 IMAGE_SIZE=8G
@@ -164,6 +163,7 @@ guest_files() {
   # is a file or a socket on this machine, never a network).
   chroot "$dir" passwd -d root >/dev/null
   mkdir -p "$dir/etc/systemd/system/serial-getty@ttyS0.service.d"
+  # shellcheck disable=SC2016 # $TERM is systemd's, not this script's
   printf '[Service]\nExecStart=\nExecStart=-/sbin/agetty --autologin root --keep-baud 115200 %%I $TERM\n' \
     >"$dir/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf"
   # The test runner: started at every boot when the run's input disk
@@ -204,6 +204,13 @@ build() {
   command -v debootstrap >/dev/null || die "debootstrap not found (hack/install-deps.sh vm)"
   command -v mkfs.ext4 >/dev/null || die "mkfs.ext4 not found"
   mkdir -p "$VM_CACHE/debs"
+  # One build at a time (two runs of make e2e-vm, say); the second finds
+  # the image built.
+  exec 8>"$VM_CACHE/.lock"
+  flock 8
+  if [[ -f "$dir/.done" ]]; then
+    return 0
+  fi
   # Older images: another key.
   find "$VM_CACHE" -mindepth 1 -maxdepth 1 -type d ! -name debs ! -name "$(key)" -exec rm -rf {} +
   rm -rf "$dir"
@@ -227,7 +234,7 @@ build() {
   trap - EXIT
   guest_files "$tmp"
   local kver
-  kver=$(basename "$(ls -d "$tmp"/lib/modules/*cloud* | head -n 1)")
+  kver=$(find "$tmp/lib/modules" -mindepth 1 -maxdepth 1 -name '*cloud*' -printf '%f\n' | head -n 1)
   [[ -n "$kver" && -f "$tmp/boot/vmlinuz-$kver" && -f "$tmp/boot/initrd.img-$kver" ]] ||
     die "no cloud kernel and initramfs in the guest root"
   cp "$tmp/boot/vmlinuz-$kver" "$dir/vmlinuz"

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The node's configuration, as an operator writes it.
+const (
+	kubeletConfigPath = "/etc/kubernetes/kubelet.yaml"
+	kubeletUnitPath   = "/etc/systemd/system/kubelet.service"
+	manifestDir       = "/etc/kubernetes/manifests"
+	parkedManifestDir = "/etc/kubernetes/manifests.parked"
+	cniConfPath       = "/etc/cni/net.d/10-vmnet.conflist"
+	cniNetwork        = "vmnet"
+	podGateway        = "10.222.0.1"
+	pauseImage        = "registry.k8s.io/pause:3.10"
+	busyboxImage      = "netshim.local/busybox:latest"
+	nodeName          = "netshim-vm"
+)
+
+// installPackage installs netshim's .deb as an operator does.
+func installPackage() error {
+	debs, _ := filepath.Glob(filepath.Join(inDir, "netshim_*.deb"))
+	if len(debs) != 1 {
+		return fmt.Errorf("want one netshim .deb in %s, found %v", inDir, debs)
+	}
+	if _, err := run(5*time.Minute, "dpkg", "-i", debs[0]); err != nil {
+		return err
+	}
+	for _, u := range []string{"netshim.socket", "netshim.service"} {
+		out, _ := run(time.Minute, "systemctl", "is-enabled", u)
+		if out != "enabled" {
+			return fmt.Errorf("after dpkg -i, %s is %q, want enabled", u, out)
+		}
+	}
+	// Enabled, not started (the package's postinst).
+	if out, _ := run(time.Minute, "systemctl", "is-active", "netshim.service"); out != "inactive" {
+		return fmt.Errorf("after dpkg -i, netshim.service is %q, want inactive", out)
+	}
+	return nil
+}
+
+// importImages imports the test images from the rootfs tars the host
+// made (no registry on the node).
+func importImages() error {
+	imgs := []struct{ tar, ref, change string }{
+		{"pause.tar", pauseImage, `ENTRYPOINT ["/pause"]`},
+		{"busybox.tar", busyboxImage, `CMD ["sh"]`},
+	}
+	for _, im := range imgs {
+		if _, err := run(10*time.Minute, "docker", "import", "--change", im.change, filepath.Join(inDir, im.tar), im.ref); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeCNIConfig: a bridge network on the node, Debian's plugins.
+func writeCNIConfig() error {
+	conf := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": %q,
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.222.0.0/24", "gateway": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "firewall"}
+  ]
+}
+`, cniNetwork, podGateway)
+	if err := os.MkdirAll(filepath.Dir(cniConfPath), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(cniConfPath, []byte(conf), 0o644)
+}
+
+// kubeletConfig is kubelet's configuration file: the defaults but for what
+// a node without an API server needs (static pods, anonymous access to the
+// node's own loopback for the checks). No cgroupDriver: kubelet 1.37 takes
+// it from the runtime (RuntimeConfig); no failCgroupV1: the node is v2.
+func kubeletConfig(gates map[string]bool) string {
+	var b strings.Builder
+	b.WriteString(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://` + criSocket + `
+staticPodPath: ` + manifestDir + `
+address: 127.0.0.1
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+`)
+	if len(gates) > 0 {
+		b.WriteString("featureGates:\n")
+		for k, v := range gates {
+			fmt.Fprintf(&b, "  %s: %t\n", k, v)
+		}
+	}
+	return b.String()
+}
+
+const kubeletUnit = `[Unit]
+Description=kubelet: the Kubernetes node agent
+Documentation=https://kubernetes.io/docs/
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/kubelet --config=` + kubeletConfigPath + ` --hostname-override=` + nodeName + ` --v=2
+Restart=always
+RestartSec=5
+StartLimitInterval=0
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// installKubelet puts kubelet in place as a systemd service (the way
+// kubeadm's packages do) and enables it, without starting it.
+func installKubelet(gates map[string]bool) error {
+	if _, err := run(time.Minute, "install", "-m", "0755", filepath.Join(inDir, "kubelet"), "/usr/bin/kubelet"); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(manifestDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(kubeletConfigPath, []byte(kubeletConfig(gates)), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(kubeletUnitPath, []byte(kubeletUnit), 0o644); err != nil {
+		return err
+	}
+	if _, err := run(time.Minute, "systemctl", "daemon-reload"); err != nil {
+		return err
+	}
+	_, err := run(time.Minute, "systemctl", "enable", "kubelet.service")
+	return err
+}
+
+// setKubeletGates rewrites kubelet's configuration and restarts it.
+func setKubeletGates(gates map[string]bool) error {
+	if err := os.WriteFile(kubeletConfigPath, []byte(kubeletConfig(gates)), 0o644); err != nil {
+		return err
+	}
+	_, err := run(2*time.Minute, "systemctl", "restart", "kubelet.service")
+	return err
+}
+
+// registerWrapper registers netshim's OCI wrapper in daemon.json and
+// reloads Docker (README, "Pinned netns"); running containers stay.
+func registerWrapper() error {
+	conf := `{"runtimes": {"netshim-oci": {"path": "/usr/bin/netshim-oci"}}}` + "\n"
+	if err := os.MkdirAll("/etc/docker", 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile("/etc/docker/daemon.json", []byte(conf), 0o644); err != nil {
+		return err
+	}
+	if _, err := run(2*time.Minute, "systemctl", "reload", "docker.service"); err != nil {
+		return err
+	}
+	return poll(time.Minute, 2*time.Second, func() error {
+		out, err := run(time.Minute, "docker", "info", "--format", "{{json .Runtimes}}")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "netshim-oci") {
+			return fmt.Errorf("docker info lists runtimes %s, without netshim-oci", out)
+		}
+		return nil
+	})
+}
+
+// setNetshimOpts writes NETSHIM_OPTS in /etc/default/netshim and restarts
+// netshim (the package's documented way to change its flags).
+func setNetshimOpts(opts string) error {
+	const path = "/etc/default/netshim"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if strings.HasPrefix(l, "NETSHIM_OPTS=") {
+			l = fmt.Sprintf("NETSHIM_OPTS=%q", opts)
+		}
+		lines = append(lines, l)
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	_, err = run(5*time.Minute, "systemctl", "restart", "netshim.service")
+	return err
+}
+
+// The static pods. Each pings the pod network's gateway (traffic for the
+// network figures) and writes into its writable layer (rootfs figures).
+const podCommand = `ping -c 3 -W 2 ` + podGateway + `; dd if=/dev/zero of=/fill bs=1M count=8 2>/dev/null; echo ready; exec sleep 100000000`
+
+var staticPods = map[string]string{
+	// Burstable: requests below limits.
+	"burstable.yaml": `apiVersion: v1
+kind: Pod
+metadata:
+  name: burstable
+  namespace: default
+spec:
+  containers:
+  - name: main
+    image: ` + busyboxImage + `
+    imagePullPolicy: Never
+    command: ["sh", "-c", "` + podCommand + `"]
+    resources:
+      requests: {cpu: 100m, memory: 32Mi}
+      limits: {cpu: 500m, memory: 64Mi}
+`,
+	// Guaranteed: requests equal limits.
+	"guaranteed.yaml": `apiVersion: v1
+kind: Pod
+metadata:
+  name: guaranteed
+  namespace: default
+spec:
+  containers:
+  - name: main
+    image: ` + busyboxImage + `
+    imagePullPolicy: Never
+    command: ["sh", "-c", "` + podCommand + `"]
+    resources:
+      requests: {cpu: 250m, memory: 48Mi}
+      limits: {cpu: 250m, memory: 48Mi}
+`,
+	// A container that outgrows its memory limit: dd's 64 MiB buffer
+	// against 16 MiB.
+	"oom.yaml": `apiVersion: v1
+kind: Pod
+metadata:
+  name: oom
+  namespace: default
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: ` + busyboxImage + `
+    imagePullPolicy: Never
+    command: ["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"]
+    resources:
+      limits: {memory: 16Mi}
+`,
+}
+
+// runningPods are the static pods that run (oom ends at once).
+var runningPods = []string{"burstable", "guaranteed"}
+
+func writeManifests(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, body := range staticPods {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// podName is a static pod's name on this node.
+func podName(pod string) string { return pod + "-" + nodeName }
