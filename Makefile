@@ -17,7 +17,7 @@ LDFLAGS = -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
-LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance,deb,takeover
+LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance,deb,takeover,vm
 
 # ENGINE: the Docker engine e2e and conformance run against.
 #   docker20  the system's Docker 20.10 (Debian's docker.io; hack/dockerd.sh)
@@ -43,7 +43,7 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-docker-netns e2e-faults e2e-kubelet e2e-takeover e2e-cluster test run clean bench bench-kubelet dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images
+.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-docker-netns e2e-faults e2e-kubelet e2e-takeover e2e-cluster test run clean bench bench-kubelet dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images e2e-vm
 
 ## build: compile the daemon into _output/netshim and its OCI runtime wrapper into _output/netshim-oci
 # (registered in the engine as runtime netshim-oci for --sandbox-netns=pinned; README "Pinned netns")
@@ -242,7 +242,7 @@ e2e-faults:
 # run a static pod on netshim, with default gates and with PodAndContainerStatsFromCRI+EventedPLEG;
 # prints PASS/FAIL per check and a summary line last (root)
 e2e-kubelet:
-	@hack/e2e-kubelet.sh
+	@E2E_KUBELET_MINORS='$(E2E_KUBELET_MINORS)' hack/e2e-kubelet.sh
 
 ## e2e-takeover: netshim takes over a node that ran its pods on cri-dockerd (issue 12; root)
 # kubelet v1.36 (_output/kubelet-v1.36) runs two static pods on cri-dockerd v0.4.3 (built from
@@ -330,20 +330,38 @@ node-conformance node-conformance-quick:
 	NODE_CONFORMANCE_OUT=$(OUT)/node-conformance$(if $(filter node-conformance-quick,$@),-quick,) \
 		$(GO) test -count=1 -tags nodeconformance -v -timeout 150m ./test/node-conformance/
 
+## e2e-vm: netshim on a real Debian 12 node in a VM under qemu (cgroup v2, systemd as PID 1, Docker's
+# systemd cgroup driver, kubelet v1.37 with its defaults, two reboots; test/e2e-vm, test/vmnode, hack/e2e-vm.sh).
+# The node image is built once and cached in /var/cache/netshim-vm (hack/vm-image.sh). Artefacts in
+# _output/e2e-vm/; last line `e2e-vm: N passed, N failed` (root)
+e2e-vm:
+	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e-vm: must run as root" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory deb
+	@hack/build-kubelet.sh build v1.37
+	@NETSHIM_DEB='$(DEB_FILE)' KUBELET_BIN=$(OUT)/kubelet-v1.37 hack/e2e-vm.sh
+
 ## node-e2e-images: build the images of make node-conformance into the host's engine (root)
 node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
-## test: lint, unit, test-deb, fuzz, e2e, e2e-faults, conformance (critest), test-docker29 (e2e and critest on Docker 29), e2e-kubelet, e2e-takeover, e2e-cluster and node-conformance-quick (all run; fails if any failed)
+## test: lint, unit, test-deb, fuzz, e2e, e2e-docker-netns, e2e-faults, conformance (critest), test-docker29 (e2e and
+# critest on Docker 29), e2e-kubelet (kubelet v1.37), test-pauseless (e2e and critest), e2e-takeover, e2e-cluster,
+# node-conformance-quick and e2e-vm (all run; fails if any failed); the summary gives each one's time. What it leaves to
+# the targets themselves, because another suite of make test covers it: e2e-kubelet on kubelet v1.36 (which e2e-takeover,
+# e2e-cluster and node-conformance-quick run) and test-pauseless's kubelet e2e (e2e-vm runs kubelet v1.37 on pause-less
+# pods, with and without the CRI stats gate). `make e2e-kubelet test-pauseless` runs them all.
+TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults conformance test-docker29 e2e-kubelet \
+	test-pauseless e2e-takeover e2e-cluster node-conformance-quick e2e-vm
+TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance'
 test:
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	summary=(); failed=0; \
-	for t in lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults conformance test-docker29 e2e-kubelet test-pauseless e2e-takeover e2e-cluster node-conformance-quick; do \
-		echo "==> make $$t"; \
-		if $(MAKE) --no-print-directory $$t; then summary+=("$$t=ok"); \
-		else summary+=("$$t=FAILED"); failed=1; fi; \
+	for t in $(TEST_TARGETS); do \
+		echo "==> make $$t"; start=$$SECONDS; \
+		if $(MAKE) --no-print-directory $$t $(TEST_ARGS); then summary+=("$$t=ok($$((SECONDS - start))s)"); \
+		else summary+=("$$t=FAILED($$((SECONDS - start))s)"); failed=1; fi; \
 	done; \
-	echo "make test: $${summary[*]}"; \
+	echo "make test: $${summary[*]} in $$((SECONDS / 60)) min"; \
 	exit $$failed
 
 ## e2e-docker-netns: make e2e with NETSHIM_SANDBOX_NETNS=docker: netshim in today's sandbox netns
@@ -358,9 +376,10 @@ e2e-docker-netns:
 # Pods that do not share a PID namespace then run without a pause container (kubelet's always,
 # the e2e suite's pause-less tests and critest's pods that set their namespace options); the
 # others take the pinned path, as in that mode on a node.
+TEST_PAUSELESS_TARGETS ?= e2e conformance e2e-kubelet
 test-pauseless:
 	@summary=(); failed=0; \
-	for t in e2e conformance e2e-kubelet; do \
+	for t in $(TEST_PAUSELESS_TARGETS); do \
 		echo "==> make $$t NETSHIM_SANDBOX_NETNS=pauseless"; \
 		if $(MAKE) --no-print-directory $$t NETSHIM_SANDBOX_NETNS=pauseless; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \
