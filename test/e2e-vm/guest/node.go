@@ -186,18 +186,28 @@ func setNetshimOpts(opts string) error {
 	if err != nil {
 		return err
 	}
-	var lines []string
-	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-		if strings.HasPrefix(l, "NETSHIM_OPTS=") {
-			l = fmt.Sprintf("NETSHIM_OPTS=%q", opts)
-		}
-		lines = append(lines, l)
-	}
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(withNetshimOpts(string(b), opts)), 0o644); err != nil {
 		return err
 	}
 	_, err = run(5*time.Minute, "systemctl", "restart", "netshim.service")
 	return err
+}
+
+// withNetshimOpts is /etc/default/netshim with its NETSHIM_OPTS line set
+// to opts; the comments stay.
+func withNetshimOpts(conf, opts string) string {
+	var lines []string
+	set := false
+	for _, l := range strings.Split(strings.TrimRight(conf, "\n"), "\n") {
+		if strings.HasPrefix(l, "NETSHIM_OPTS=") {
+			l, set = fmt.Sprintf("NETSHIM_OPTS=%q", opts), true
+		}
+		lines = append(lines, l)
+	}
+	if !set {
+		lines = append(lines, fmt.Sprintf("NETSHIM_OPTS=%q", opts))
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 // The static pods. Each pings the pod network's gateway (traffic for the
