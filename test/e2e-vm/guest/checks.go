@@ -676,25 +676,37 @@ func phaseAfterReboot(r *t, label string) bool {
 	return false
 }
 
-// checkOldGone: nothing of the sandboxes of before the reboot is left once
-// kubelet's garbage collection removed them: no sandbox, no container, no
-// checkpoint, no pinned namespace file, no libcni cache entry.
+// checkOldGone: the sandboxes of before the reboot are NOTREADY and hold
+// nothing of the network (no libcni cache entry, no pinned namespace file),
+// and once removed (RemovePodSandbox, as kubelet's garbage collection
+// removes them; kubelet keeps a pod's last dead instance until a newer one
+// dies, so the run does it itself) nothing of them is left: no container,
+// no checkpoint, no file naming them.
 func checkOldGone(s *state) error {
 	return poll(gcTimeout, 10*time.Second, func() error {
 		sbs, err := sandboxes()
 		if err != nil {
 			return err
 		}
-		old := map[string]string{}
-		for name, rec := range s.Before {
-			old[rec.SandboxID] = name
-		}
+		listed := map[string]*runtimeapi.PodSandbox{}
 		for _, sb := range sbs {
-			if name, ok := old[sb.Id]; ok {
-				return fmt.Errorf("pod %s: sandbox %s of before the reboot is still listed (%s)", name, short(sb.Id), sb.State)
-			}
+			listed[sb.Id] = sb
 		}
-		for id, name := range old {
+		for name, rec := range s.Before {
+			id := rec.SandboxID
+			if sb, ok := listed[id]; ok {
+				if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+					return fmt.Errorf("pod %s: sandbox %s of before the reboot is READY", name, short(id))
+				}
+				for _, dir := range []string{"/var/lib/cni", "/run/netshim"} {
+					if left := filesNaming(dir, id); len(left) > 0 {
+						return fmt.Errorf("pod %s: the NOTREADY sandbox %s of before the reboot still has %s", name, short(id), strings.Join(left, " "))
+					}
+				}
+				if err := removeSandbox(id); err != nil {
+					return fmt.Errorf("pod %s: RemovePodSandbox %s: %w", name, short(id), err)
+				}
+			}
 			out, err := run(time.Minute, "docker", "ps", "-a", "-q", "--filter", "label=netshim.io/sandbox-id="+id)
 			if err != nil {
 				return err

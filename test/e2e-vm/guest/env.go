@@ -50,8 +50,6 @@ func run(timeout time.Duration, name string, args ...string) (string, error) {
 	return out, nil
 }
 
-func sh(script string) (string, error) { return run(5*time.Minute, "sh", "-c", script) }
-
 func tail(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -187,6 +185,23 @@ func runtimeStatus() (*runtimeapi.StatusResponse, error) {
 	ctx, cancel := criCtx()
 	defer cancel()
 	return c.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+}
+
+// removeSandbox stops and removes a sandbox, as kubelet's garbage
+// collection does.
+func removeSandbox(id string) error {
+	c, closeConn, err := cri()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	ctx, cancel := criCtx()
+	defer cancel()
+	if _, err := c.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		return err
+	}
+	_, err = c.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+	return err
 }
 
 func updateResources(id string, r *runtimeapi.LinuxContainerResources) error {
