@@ -200,19 +200,23 @@ func run(ctx context.Context, opts *options) error {
 		socket = spec.path
 	}
 	// The metrics interceptors come first (outermost), so that they see the
-	// status the client gets.
+	// status the client gets; the gate holds calls until netshim answers.
+	gate := newServeGate()
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(m.UnaryInterceptor, dockerservice.UnaryInterceptor),
-		grpc.ChainStreamInterceptor(m.StreamInterceptor, dockerservice.StreamInterceptor),
+		grpc.ChainUnaryInterceptor(m.UnaryInterceptor, gate.Unary, dockerservice.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(m.StreamInterceptor, gate.Stream, dockerservice.StreamInterceptor),
 		grpc.ForceServerCodecV2(ds.Codec()))
 	ds.Register(srv)
+	// Connections are served at once, so that a client's handshake never
+	// times out (gate.go); the calls wait at the gate.
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(lis) }()
 
 	// Under systemd (a service manager waits for READY=1, or holds the
-	// socket) netshim accepts no connection before it knows Docker's
-	// containers: a client that connected early waits in the socket's
-	// backlog and gets real answers, not Unavailable. Run by hand it
-	// serves at once, and Status says RuntimeReady=false until Docker
-	// answers.
+	// socket) netshim answers no call before it knows Docker's
+	// containers: a client that called early waits at the gate and gets
+	// real answers, not Unavailable. Run by hand it answers at once, and
+	// Status says RuntimeReady=false until Docker answers.
 	if sup.managed || inherited != nil {
 		if err := sup.waitSynced(sigCtx, ds.Synced(), opts.dockerEndpoint, func() string {
 			_, reason := ds.Ready()
@@ -220,19 +224,20 @@ func run(ctx context.Context, opts *options) error {
 		}); err != nil {
 			klog.ErrorS(err, "Shutting down before serving CRI")
 			sup.stopping("Stopped before serving: " + err.Error())
+			// The held calls end with Unavailable, saying why.
+			gate.Close()
+			shutdownGracefully(srv, opts.shutdownTimeout)
 			return nil
 		}
 	}
-	// READY=1 before the first Accept: the listener is open, and
-	// whoever waits for READY (systemd, the e2e test) sees it no later
-	// than the first answer.
+	// READY=1 before the gate opens: whoever waits for READY (systemd,
+	// the e2e test) sees it no later than the first answer.
 	serving := func() string {
 		sandboxes, containers := ds.Counts()
 		return fmt.Sprintf("Serving CRI on %s; %d sandboxes, %d containers", socket, sandboxes, containers)
 	}
 	sup.ready(serving())
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(lis) }()
+	gate.Open()
 	klog.InfoS("Serving CRI", "socket", socket)
 	// The counts in `systemctl status`, kept current; stopped before the
 	// last status so that it is not overwritten.

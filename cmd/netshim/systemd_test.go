@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -397,12 +398,18 @@ func TestRunUnderSystemdWaitsForDocker(t *testing.T) {
 	notify.Wait(t, testutil.EventuallyTimeout, "the waiting status", func(s string) bool {
 		return strings.HasPrefix(s, "STATUS=Waiting for Docker at "+opts.dockerEndpoint+": ")
 	})
-	// A client that connects now is queued, not answered.
+	// A client that connects now completes its handshake (gRPC clients
+	// give it 5 s: kubelet's first call does not wait longer), and its
+	// call is held, not answered.
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	conn.Connect()
+	testutil.Eventually(t, "the connection's handshake while netshim waits for Docker", func() bool {
+		return conn.GetState() == connectivity.Ready
+	})
 	callCtx, cancelCall := context.WithCancel(context.Background())
 	defer cancelCall()
 	callErr := make(chan error, 1)
@@ -432,9 +439,15 @@ func TestRunUnderSystemdWaitsForDocker(t *testing.T) {
 			t.Errorf("READY=1 sent without Docker: %q", s)
 		}
 	}
-	cancelCall()
-	if err := <-callErr; status.Code(err) != codes.Canceled {
-		t.Errorf("the early call ended with %v, want Canceled (never answered)", err)
+	// Never answered: held until netshim stopped, then Unavailable (the
+	// runtime went away; kubelet retries), saying why.
+	select {
+	case err := <-callErr:
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "stopping before it served") {
+			t.Errorf("the early call ended with %v, want Unavailable: stopping before it served", err)
+		}
+	case <-time.After(testutil.EventuallyTimeout):
+		t.Fatal("the early call did not end when netshim stopped")
 	}
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("the socket netshim made is still there after the stop (%v)", err)
@@ -463,5 +476,44 @@ func TestWedgeIndexOnSignal(t *testing.T) {
 	case <-w.wedged:
 	case <-time.After(30 * time.Second):
 		t.Fatal("SIGUSR2 did not wedge the index within 30 s")
+	}
+}
+
+func TestServeGate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		act  func(g *serveGate, cancel context.CancelFunc)
+		want codes.Code
+	}{
+		{"open", func(g *serveGate, _ context.CancelFunc) { g.Open() }, codes.OK},
+		{"stopped before serving", func(g *serveGate, _ context.CancelFunc) { g.Close() }, codes.Unavailable},
+		{"caller gave up", func(_ *serveGate, cancel context.CancelFunc) { cancel() }, codes.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newServeGate()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := g.Unary(ctx, nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) { return "answered", nil })
+				done <- err
+			}()
+			tc.act(g, cancel)
+			select {
+			case err := <-done:
+				if status.Code(err) != tc.want {
+					t.Errorf("held call ended with %v, want %v", err, tc.want)
+				}
+			case <-time.After(testutil.EventuallyTimeout):
+				t.Fatal("the held call did not end")
+			}
+		})
+	}
+	// An open gate costs nothing more than a channel read.
+	g := newServeGate()
+	g.Open()
+	g.Close()
+	if err := g.wait(context.Background()); err != nil {
+		t.Errorf("open gate: %v", err)
 	}
 }
