@@ -28,7 +28,7 @@ import (
 // wantPassed is how many checks the guest program runs (test/e2e-vm/guest,
 // checks.go): a run that passes fewer fails, so a check that silently
 // stopped running is seen.
-const wantPassed = 39
+const wantPassed = 41
 
 // budget bounds the whole run; past it qemu is killed and the console kept.
 func budget() time.Duration {

@@ -653,6 +653,12 @@ func phaseAfterReboot(r *t, label string) bool {
 		}
 		return waitNetshimReady()
 	})
+	// netshim starts at kubelet's first connection while Docker still
+	// starts, and serves the handshake at once: kubelet's first call waits
+	// instead of failing, so systemd never had to restart kubelet.
+	r.check(label+"/kubelet-not-restarted-at-boot", func() error {
+		return wantProps("kubelet.service", map[string]string{"NRestarts": "0"})
+	})
 	r.must(label+"/pods-back-with-new-sandboxes", func() error {
 		return poll(podsUpTimeout, 5*time.Second, func() error {
 			pods, err := currentPods(runningPods)
