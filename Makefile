@@ -336,6 +336,7 @@ node-conformance node-conformance-quick:
 # _output/e2e-vm/; last line `e2e-vm: N passed, N failed` (root)
 e2e-vm:
 	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e-vm: must run as root" >&2; exit 1; fi
+	@hack/install-deps.sh vm
 	@$(MAKE) --no-print-directory deb
 	@hack/build-kubelet.sh build v1.37
 	@NETSHIM_DEB='$(DEB_FILE)' KUBELET_BIN=$(OUT)/kubelet-v1.37 hack/e2e-vm.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages netshim's build, images and e2e tests need.
 # Idempotent: runs apt-get (update once, then install) only when something is missing.
+# `install-deps.sh vm` adds the VM node's packages (make e2e-vm).
 set -euo pipefail
 
 PACKAGES=(
@@ -18,11 +19,12 @@ PACKAGES=(
   libseccomp-dev # runc 1.4.3 for the Docker 29 engine (hack/docker29.sh) is built with seccomp
   systemd        # systemd-socket-activate (e2e TestSystemdSocketActivationAndNotify), systemd-analyze (make lint)
   lintian # make deb checks the package with it
-  # make e2e-vm: the VM node (hack/vm-image.sh, test/vmnode)
-  qemu-system-x86
-  qemu-utils
-  debootstrap
 )
+# `install-deps.sh vm`: also what make e2e-vm's VM node needs (hack/vm-image.sh,
+# test/vmnode); not for make run or the other suites.
+if [[ "${1:-}" == vm ]]; then
+  PACKAGES+=(qemu-system-x86 qemu-utils debootstrap)
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
