@@ -522,6 +522,28 @@ func mainPID() (string, error) {
 	return p["MainPID"], err
 }
 
+// signalAndWaitNewPID sends netshim signal (systemctl kill) and waits for
+// systemd to have started another netshim.
+func signalAndWaitNewPID(signal string, timeout time.Duration) error {
+	pid, err := mainPID()
+	if err != nil {
+		return err
+	}
+	if _, err := run(time.Minute, "systemctl", "kill", "-s", signal, "netshim.service"); err != nil {
+		return err
+	}
+	return poll(timeout, 2*time.Second, func() error {
+		now, err := mainPID()
+		if err != nil {
+			return err
+		}
+		if now == pid || now == "0" {
+			return fmt.Errorf("netshim's main PID is %s (was %s)", now, pid)
+		}
+		return nil
+	})
+}
+
 // restartChecks: systemctl restart, SIGKILL (Restart=always) and, once,
 // the watchdog; pods run on through each.
 func restartChecks(r *t, label string, watchdog bool) {
@@ -543,23 +565,7 @@ func restartChecks(r *t, label string, watchdog bool) {
 		if err != nil {
 			return err
 		}
-		pid, err := mainPID()
-		if err != nil {
-			return err
-		}
-		if _, err := run(time.Minute, "systemctl", "kill", "-s", "KILL", "netshim.service"); err != nil {
-			return err
-		}
-		if err := poll(unitTimeout, 2*time.Second, func() error {
-			now, err := mainPID()
-			if err != nil {
-				return err
-			}
-			if now == pid || now == "0" {
-				return fmt.Errorf("netshim's main PID is %s (was %s)", now, pid)
-			}
-			return nil
-		}); err != nil {
+		if err := signalAndWaitNewPID("KILL", unitTimeout); err != nil {
 			return err
 		}
 		if err := waitNetshimReady(); err != nil {
@@ -587,24 +593,8 @@ func checkWatchdog() error {
 	if err != nil {
 		return err
 	}
-	pid, err := mainPID()
-	if err != nil {
-		return err
-	}
 	since := time.Now().Format("2006-01-02 15:04:05")
-	if _, err := run(time.Minute, "systemctl", "kill", "-s", "USR2", "netshim.service"); err != nil {
-		return err
-	}
-	if err := poll(watchdogTimeout, 5*time.Second, func() error {
-		now, err := mainPID()
-		if err != nil {
-			return err
-		}
-		if now == pid || now == "0" {
-			return fmt.Errorf("netshim's main PID is %s (was %s)", now, pid)
-		}
-		return nil
-	}); err != nil {
+	if err := signalAndWaitNewPID("USR2", watchdogTimeout); err != nil {
 		return err
 	}
 	journal, err := run(time.Minute, "journalctl", "--no-pager", "-u", "netshim.service", "--since", since)

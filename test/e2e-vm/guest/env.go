@@ -110,109 +110,75 @@ func wantProps(unit string, want map[string]string) error {
 	return nil
 }
 
-// cri connects to netshim's socket; each call has its own deadline.
-func cri() (runtimeapi.RuntimeServiceClient, func(), error) {
+// withCRI calls fn on a fresh connection to netshim's socket, with a
+// deadline of its own.
+func withCRI[T any](fn func(context.Context, runtimeapi.RuntimeServiceClient) (T, error)) (T, error) {
+	var zero T
 	conn, err := grpc.NewClient("unix://"+criSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, nil, err
+		return zero, err
 	}
-	return runtimeapi.NewRuntimeServiceClient(conn), func() { _ = conn.Close() }, nil
-}
-
-func criCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 2*time.Minute)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return fn(ctx, runtimeapi.NewRuntimeServiceClient(conn))
 }
 
 // sandboxes lists the pod sandboxes netshim reports (all states).
 func sandboxes() ([]*runtimeapi.PodSandbox, error) {
-	c, closeConn, err := cri()
-	if err != nil {
-		return nil, err
-	}
-	defer closeConn()
-	ctx, cancel := criCtx()
-	defer cancel()
-	resp, err := c.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("ListPodSandbox: %w", err)
-	}
-	return resp.Items, nil
+	return withCRI(func(ctx context.Context, c runtimeapi.RuntimeServiceClient) ([]*runtimeapi.PodSandbox, error) {
+		resp, err := c.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+		if err != nil {
+			return nil, fmt.Errorf("ListPodSandbox: %w", err)
+		}
+		return resp.Items, nil
+	})
 }
 
 func containers() ([]*runtimeapi.Container, error) {
-	c, closeConn, err := cri()
-	if err != nil {
-		return nil, err
-	}
-	defer closeConn()
-	ctx, cancel := criCtx()
-	defer cancel()
-	resp, err := c.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("ListContainers: %w", err)
-	}
-	return resp.Containers, nil
+	return withCRI(func(ctx context.Context, c runtimeapi.RuntimeServiceClient) ([]*runtimeapi.Container, error) {
+		resp, err := c.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+		if err != nil {
+			return nil, fmt.Errorf("ListContainers: %w", err)
+		}
+		return resp.Containers, nil
+	})
 }
 
 func containerStatus(id string) (*runtimeapi.ContainerStatusResponse, error) {
-	c, closeConn, err := cri()
-	if err != nil {
-		return nil, err
-	}
-	defer closeConn()
-	ctx, cancel := criCtx()
-	defer cancel()
-	return c.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	return withCRI(func(ctx context.Context, c runtimeapi.RuntimeServiceClient) (*runtimeapi.ContainerStatusResponse, error) {
+		return c.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	})
 }
 
 func sandboxStatus(id string) (*runtimeapi.PodSandboxStatusResponse, error) {
-	c, closeConn, err := cri()
-	if err != nil {
-		return nil, err
-	}
-	defer closeConn()
-	ctx, cancel := criCtx()
-	defer cancel()
-	return c.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	return withCRI(func(ctx context.Context, c runtimeapi.RuntimeServiceClient) (*runtimeapi.PodSandboxStatusResponse, error) {
+		return c.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	})
 }
 
 func runtimeStatus() (*runtimeapi.StatusResponse, error) {
-	c, closeConn, err := cri()
-	if err != nil {
-		return nil, err
-	}
-	defer closeConn()
-	ctx, cancel := criCtx()
-	defer cancel()
-	return c.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	return withCRI(func(ctx context.Context, c runtimeapi.RuntimeServiceClient) (*runtimeapi.StatusResponse, error) {
+		return c.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	})
 }
 
 // removeSandbox stops and removes a sandbox, as kubelet's garbage
 // collection does.
 func removeSandbox(id string) error {
-	c, closeConn, err := cri()
-	if err != nil {
-		return err
-	}
-	defer closeConn()
-	ctx, cancel := criCtx()
-	defer cancel()
-	if _, err := c.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
-		return err
-	}
-	_, err = c.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+	_, err := withCRI(func(ctx context.Context, c runtimeapi.RuntimeServiceClient) (any, error) {
+		if _, err := c.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+			return nil, err
+		}
+		return c.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+	})
 	return err
 }
 
 func updateResources(id string, r *runtimeapi.LinuxContainerResources) error {
-	c, closeConn, err := cri()
-	if err != nil {
-		return err
-	}
-	defer closeConn()
-	ctx, cancel := criCtx()
-	defer cancel()
-	_, err = c.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: r})
+	_, err := withCRI(func(ctx context.Context, c runtimeapi.RuntimeServiceClient) (any, error) {
+		return c.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: r})
+	})
 	return err
 }
 
