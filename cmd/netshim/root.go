@@ -153,39 +153,6 @@ func run(ctx context.Context, opts *options) error {
 		return err
 	}
 	defer ds.Close()
-	// Up before the first sync, so that /readyz says why it waits.
-	_, stopMetrics, err := startMetricsServer(opts.metricsBindAddress, m, ds.Ready)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	// Fill the state index before serving: an empty index would tell
-	// kubelet every pod is gone. With dockerd down this returns at once
-	// and the index fills when it comes up.
-	sup.setStatus("Reading the state of Docker at " + opts.dockerEndpoint)
-	ds.Start(ctx)
-	logSandboxNetNSMode(ctx, ds)
-	if watchdog > 0 {
-		klog.InfoS("Pinging systemd's watchdog while the Docker state index loop runs", "interval", watchdog/2, "watchdog", watchdog)
-		go sup.watchdog(ctx, watchdog, ds.IndexHeartbeat)
-	}
-	if opts.testWedgeIndex {
-		wedgeIndexOnSignal(ctx, ds)
-	}
-
-	// Exec, attach and port-forward sessions: the RPCs hand out URLs of
-	// this server. It listens before the CRI socket does, so no URL is
-	// ever handed out for a server that is not there.
-	streamSrv, err := streaming.New(streaming.Config{Addr: opts.streamingAddress}, rawClient, ds.PodNetNS)
-	if err != nil {
-		return err
-	}
-	if err := streamSrv.Start(); err != nil {
-		return err
-	}
-	defer streamSrv.Stop()
-	ds.SetStreamingServer(streamSrv)
-
 	lis, socket := inherited, ""
 	if lis != nil {
 		socket = lis.Addr().String() + " (passed by systemd)"
@@ -207,10 +174,49 @@ func run(ctx context.Context, opts *options) error {
 		grpc.ChainStreamInterceptor(m.StreamInterceptor, gate.Stream, dockerservice.StreamInterceptor),
 		grpc.ForceServerCodecV2(ds.Codec()))
 	ds.Register(srv)
-	// Connections are served at once, so that a client's handshake never
-	// times out (gate.go); the calls wait at the gate.
+	// Connections are served from here on, before the slow parts of the
+	// start (reading Docker's state, the streaming server), so that a
+	// client's handshake never times out (gate.go); the calls wait at the
+	// gate until all of it is done.
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(lis) }()
+	// A return before the gate opened ends the held calls (Unavailable,
+	// saying why), then the connections.
+	defer srv.Stop()
+	defer gate.Close()
+
+	// Up before the first sync, so that /readyz says why it waits.
+	_, stopMetrics, err := startMetricsServer(opts.metricsBindAddress, m, ds.Ready)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	// Fill the state index before serving: an empty index would tell
+	// kubelet every pod is gone. With dockerd down this returns at once
+	// and the index fills when it comes up.
+	sup.setStatus("Reading the state of Docker at " + opts.dockerEndpoint)
+	ds.Start(ctx)
+	logSandboxNetNSMode(ctx, ds)
+	if watchdog > 0 {
+		klog.InfoS("Pinging systemd's watchdog while the Docker state index loop runs", "interval", watchdog/2, "watchdog", watchdog)
+		go sup.watchdog(ctx, watchdog, ds.IndexHeartbeat)
+	}
+	if opts.testWedgeIndex {
+		wedgeIndexOnSignal(ctx, ds)
+	}
+
+	// Exec, attach and port-forward sessions: the RPCs hand out URLs of
+	// this server. It listens before the gate opens, so no URL is ever
+	// handed out for a server that is not there.
+	streamSrv, err := streaming.New(streaming.Config{Addr: opts.streamingAddress}, rawClient, ds.PodNetNS)
+	if err != nil {
+		return err
+	}
+	if err := streamSrv.Start(); err != nil {
+		return err
+	}
+	defer streamSrv.Stop()
+	ds.SetStreamingServer(streamSrv)
 
 	// Under systemd (a service manager waits for READY=1, or holds the
 	// socket) netshim answers no call before it knows Docker's
