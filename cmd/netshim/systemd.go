@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
-	"os/signal"
-	"syscall"
-
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )

@@ -4,8 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
-
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // The parents are the ones kubelet v1.37 sent on the VM node of make e2e-vm
@@ -46,16 +44,12 @@ func TestRunPodSandboxSystemdCgroupParent(t *testing.T) {
 		t.Errorf("pause container's cgroup parent %q, want the slice's name", c.HostConfig.CgroupParent)
 	}
 
-	e.run(t, cfg2(cfg))
+	second := podConfig("web2")
+	second.Linux.CgroupParent = cfg.Linux.CgroupParent
+	e.run(t, second)
 	if n := e.docker.count("Info"); n != 1 {
 		t.Errorf("%d docker info calls for two sandboxes, want 1", n)
 	}
-}
-
-func cfg2(cfg *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
-	c := podConfig("web2")
-	c.Linux.CgroupParent = cfg.Linux.CgroupParent
-	return c
 }
 
 // A pause-less pod's containers get the slice's name from its checkpoint.
