@@ -91,6 +91,10 @@ build_oomclamp() {
 }
 
 mkdir -p "$OUT"
+# One build at a time (make test's background prebuild and make e2e-takeover,
+# say): the second waits, then finds the binary built.
+exec {lockfd}>"$OUT/.build-cri-dockerd.lock"
+flock "$lockfd"
 case "${1:-cri-dockerd}" in
   cri-dockerd) build_cri_dockerd ;;
   oomclamp) build_oomclamp ;;

@@ -76,6 +76,10 @@ build_critest() {
 }
 
 mkdir -p "$OUT"
+# One build at a time (make test's background prebuild and a suite that needs
+# crictl now, say): the second waits, then finds the binary built.
+exec {lockfd}>"$OUT/.build-crictl.lock"
+flock "$lockfd"
 case "${1:-crictl}" in
   crictl) build_crictl ;;
   critest) build_critest ;;

@@ -213,6 +213,8 @@ build_one() {
     return 0
   fi
   lock_src "$minor"
+  # Built by whoever held the lock (make test's background prebuild, say).
+  has_version "$bin" "$version" && return 0
   local start=$SECONDS
   echo "build-kubelet.sh: building kubelet $version (cold: about 5.5 min on 2 cores; log: $log)"
   src=$(prepare_src "$minor" "$version")
@@ -239,6 +241,8 @@ build_cluster() {
   version=$(wanted_version "$minor")
   dir="$OUT/k8s-$minor"
   log="$OUT/build-k8s-$minor.log"
+  # Under the lock: etcd's unpacking, too, is done once when two builds race.
+  lock_src "$minor"
   fetch_etcd
   for c in "${CLUSTER_CMDS[@]}"; do
     has_version "$dir/$c" "$version" || missing+=("$c")
@@ -248,7 +252,6 @@ build_cluster() {
     grep -q "\"$KUBE_MODULE/cmd/$c\"" "$WRAPPERS/$minor/tools.go" ||
       die "hack/kubelet/$minor/tools.go does not import $KUBE_MODULE/cmd/$c, so go mod tidy would not resolve it"
   done
-  lock_src "$minor"
   local start=$SECONDS
   echo "build-kubelet.sh: building ${CLUSTER_CMDS[*]} $version into $dir (log: $log)"
   src=$(prepare_src "$minor" "$version")
@@ -309,6 +312,9 @@ build_e2e_node() {
     return 0
   fi
   lock_src "$minor"
+  if [[ -x "$bin" && "$(cat "$bin.version" 2>/dev/null)" == "$version" ]]; then
+    return 0
+  fi
   local start=$SECONDS
   echo "build-kubelet.sh: compiling kubernetes' node e2e suite $version into $bin (log: $log)"
   src=$(prepare_src "$minor" "$version")

@@ -136,8 +136,21 @@ build_dockerd() {
     -tags "exclude_graphdriver_btrfs exclude_graphdriver_devicemapper" -ldflags "$ldflags" ./cmd/dockerd
 }
 
-build() {
+# locked FUNC: runs FUNC holding the build lock: one build at a time (make
+# test's background prebuild and a suite that starts the engine now, say); the
+# second waits, then finds the stamps. Released before start() runs the
+# daemons, which must not inherit it. (Not `"$@" || rc=$?`: that would turn
+# errexit off inside FUNC. A failure exits the script, which releases it.)
+locked() {
+  local lockfd
   mkdir -p "$BIN"
+  exec {lockfd}>"$D29_OUT/.build.lock"
+  flock "$lockfd"
+  "$@"
+  exec {lockfd}>&-
+}
+
+build_all() {
   local start=$SECONDS
   build_runc
   build_containerd
@@ -146,6 +159,8 @@ build() {
     echo "docker29.sh: build took $((SECONDS - start))s"
   fi
 }
+
+build() { locked build_all; }
 
 # ---- run --------------------------------------------------------------------
 
@@ -350,7 +365,7 @@ status() {
 
 case "${1:-}" in
   build) build ;;
-  build-runc) mkdir -p "$BIN" && build_runc ;;
+  build-runc) locked build_runc ;;
   start) start ;;
   stop) stop ;;
   status) status ;;

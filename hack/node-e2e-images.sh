@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/node-e2e-images.sh [build | push REGISTRY | repo-list REGISTRY | list | blocked]
+# hack/node-e2e-images.sh [build | bins | push REGISTRY | repo-list REGISTRY | list | blocked]
 #
 # The images the node e2e suite's [NodeConformance] specs (k8s.io/kubernetes
 # v1.36.3, test/utils/image/manifest.go and test/e2e_node/image_list.go) run,
@@ -15,6 +15,8 @@
 #                      the v1.36 wrapper module of hack/build-kubelet.sh, into
 #                      _output/node-e2e-images/bin. Derived images are made
 #                      with `docker build` (legacy builder, local bases only).
+#   bins               only the programs build compiles (agnhost, ginkgo, nmeter,
+#                      sh) into _output/node-e2e-images/bin; no engine needed.
 #   push REGISTRY      push every image as REGISTRY/<path>:<tag> (REGISTRY like
 #                      localhost:5000), the path and tag being the ones the
 #                      repo list maps the suite's names to.
@@ -253,15 +255,27 @@ web_image() {
 recipe_kitten() { web_image "$1" kitten; }
 recipe_nautilus() { web_image "$1" nautilus; }
 
-build() {
-  need_docker
+# bins: the programs the images and the suite's runner are made of, into
+# $OUT/bin; no engine needed (make test's background prebuild runs it). One
+# build at a time: the second waits, then finds them built.
+bins() {
+  local lockfd
   command -v "$GO" >/dev/null || die "no Go toolchain"
-  "$ROOT/hack/images.sh" >/dev/null
-  "$ROOT/hack/critest-images.sh" build
+  mkdir -p "$OUT"
+  exec {lockfd}>"$OUT/.bins.lock"
+  flock "$lockfd"
   build_go k8s.io/kubernetes/test/images/agnhost agnhost
   build_go github.com/onsi/ginkgo/v2/ginkgo ginkgo
   compile nmeter
   compile sh
+  exec {lockfd}>&-
+}
+
+build() {
+  need_docker
+  "$ROOT/hack/images.sh" >/dev/null
+  "$ROOT/hack/critest-images.sh" build
+  bins
   local entry name recipe ctx
   for entry in "${IMAGES[@]}"; do
     IFS='|' read -r name recipe <<<"$entry"
@@ -330,6 +344,7 @@ EOF
 
 case "${1:-build}" in
   build) build ;;
+  bins) bins ;;
   push)
     [[ $# -eq 2 ]] || die "usage: $0 push REGISTRY"
     push_all "$2"
@@ -350,5 +365,5 @@ case "${1:-build}" in
       printf '%s\t%s\n' "$name" "$why"
     done
     ;;
-  *) echo "usage: $0 [build | push REGISTRY | repo-list REGISTRY | list | blocked]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build | bins | push REGISTRY | repo-list REGISTRY | list | blocked]" >&2; exit 2 ;;
 esac
