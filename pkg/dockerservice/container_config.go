@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/podns"
 )
 
 // This file maps a CRI ContainerConfig to Docker's Config and HostConfig.
@@ -70,6 +71,8 @@ type containerDockerInput struct {
 	// joins its pinned namespaces through the OCI wrapper instead of an
 	// infra container's (container_pauseless.go). nil otherwise.
 	pauseless *checkpoint.PodSandbox
+	// ociKey signs the marker of a pause-less sandbox's container.
+	ociKey *podns.Key
 }
 
 // containerDockerConfig maps a CRI container config to Docker's. Errors

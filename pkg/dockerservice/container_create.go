@@ -114,6 +114,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		apiVersion: apiVersion,
 		selinux:    ds.containers.selinux,
 		pauseless:  pauseless,
+		ociKey:     ds.ociKey,
 	}
 	if pauseless != nil {
 		in.cgroupParent = pauseless.Pauseless.CgroupParent

@@ -45,9 +45,12 @@ func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, 
 		paths[podns.IPC] = pl.IPC
 	}
 	hc.Sysctls = podSysctlsFor(pl.Sysctls, paths)
+	if len(paths) > 0 && in.ociKey == nil {
+		return errNoOCIKey
+	}
 	// Always set, even naming nothing: the container runs under the
 	// wrapper, and netshim's entry overrides one the image's ENV has.
-	config.Env = append(config.Env, paths.Env())
+	config.Env = append(config.Env, paths.Env(in.ociKey))
 	return setPidAndUserns(hc, in, "")
 }
 

@@ -3,7 +3,11 @@ package dockerservice
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,6 +83,11 @@ type engineRuntimes struct {
 	// hasWrapper says the engine has netshim's OCI runtime wrapper,
 	// OCIWrapperRuntime (not in names: it is no handler).
 	hasWrapper bool
+	// wrapperMisuse, if not empty, says how the engine runs the wrapper
+	// as something else than OCIWrapperRuntime: as its default runtime or
+	// under another name, where it would run containers netshim did not
+	// make for it. RunPodSandbox refuses pods while it lasts.
+	wrapperMisuse string
 }
 
 // ociFeatures is the part of the OCI runtime features document
@@ -114,7 +123,77 @@ func newEngineRuntimes(info system.Info, apiVersion string, at time.Time) *engin
 		r.names = append(r.names, r.defaultRuntime)
 	}
 	slices.Sort(r.names)
+	r.wrapperMisuse = wrapperMisuse(info, ownWrapper())
 	return r
+}
+
+// ownWrapper is the netshim-oci installed beside the running netshim
+// (the package puts both in /usr/bin), "" if there is none.
+var ownWrapper = sync.OnceValue(func() string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(self), OCIWrapperRuntime)
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+})
+
+// wrapperMisuse says whether the engine runs netshim's OCI wrapper as
+// anything but runtime OCIWrapperRuntime: the wrapper is recognised by
+// its file name, or as the same file as runtime OCIWrapperRuntime's path
+// or as own (the wrapper beside netshim). "" when it does not.
+func wrapperMisuse(info system.Info, own string) string {
+	known := []string{own}
+	if rt, ok := info.Runtimes[OCIWrapperRuntime]; ok {
+		known = append(known, rt.Path)
+	}
+	isWrapper := func(p string) bool {
+		if p == "" {
+			return false
+		}
+		if filepath.Base(p) == OCIWrapperRuntime {
+			return true
+		}
+		if !filepath.IsAbs(p) {
+			// Found on dockerd's PATH; netshim's is the best guess.
+			lp, err := exec.LookPath(p)
+			if err != nil {
+				return false
+			}
+			p = lp
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return false
+		}
+		for _, k := range known {
+			if k == "" {
+				continue
+			}
+			if ki, err := os.Stat(k); err == nil && os.SameFile(fi, ki) {
+				return true
+			}
+		}
+		return false
+	}
+	var names []string
+	for name, rt := range info.Runtimes {
+		if name != OCIWrapperRuntime && isWrapper(rt.Path) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	fix := fmt.Sprintf("register it only as runtime %q, never as the default runtime or under another name (daemon.json \"runtimes\": {%q: {\"path\": \"/usr/bin/netshim-oci\"}}), then SIGHUP dockerd", OCIWrapperRuntime, OCIWrapperRuntime)
+	switch {
+	case info.DefaultRuntime == OCIWrapperRuntime || slices.Contains(names, info.DefaultRuntime):
+		return fmt.Sprintf("the Docker engine's default runtime %q is netshim's OCI wrapper, which would then run every container of the node, netshim's or not: %s", info.DefaultRuntime, fix)
+	case len(names) > 0:
+		return fmt.Sprintf("the Docker engine runs netshim's OCI wrapper as runtime %s, where it would run containers netshim did not make for it: %s", strings.Join(names, ", "), fix)
+	}
+	return ""
 }
 
 // parseKernelVersion reads major and minor of a kernel release such as
@@ -358,6 +437,11 @@ func (ds *DockerService) statusRuntimeHandlers(ctx context.Context) []*runtimeap
 // checkRuntimeHandler refuses, before anything is created, a handler that
 // names no runtime of the engine. The default handler needs no look-up.
 func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string) error {
+	// From the cache as it is, reading nothing: the default handler
+	// costs no docker info; Status (kubelet polls it) keeps it fresh.
+	if r := ds.runtimes.snapshot(); r != nil && r.wrapperMisuse != "" {
+		return withCode(codes.FailedPrecondition, errors.New(r.wrapperMisuse))
+	}
 	if handler == "" {
 		return nil
 	}

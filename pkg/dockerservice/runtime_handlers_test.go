@@ -3,6 +3,8 @@ package dockerservice
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -480,4 +482,96 @@ func handlerTestName(h string) string {
 		return "default"
 	}
 	return h[:min(len(h), 10)]
+}
+
+// TestWrapperMisuse: netshim's OCI wrapper applies namespaces only from
+// markers netshim signed, but registered as the engine's default runtime
+// or under another name it would run containers netshim never made for
+// it; netshim finds it by its path and says how to fix the registration.
+func TestWrapperMisuse(t *testing.T) {
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, "bin", "netshim-oci")
+	renamed := filepath.Join(dir, "sbin", "oci-hook")
+	for _, p := range []string{wrapper, renamed} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(wrapper, renamed); err != nil {
+		t.Fatal(err)
+	}
+	runc := filepath.Join(dir, "runc")
+	if err := os.WriteFile(runc, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt := func(p string) system.RuntimeWithStatus {
+		return system.RuntimeWithStatus{Runtime: system.Runtime{Path: p}}
+	}
+	for _, tc := range []struct {
+		name     string
+		def      string
+		runtimes map[string]system.RuntimeWithStatus
+		own      string
+		want     string
+	}{
+		{name: "as netshim-oci", def: "runc", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), OCIWrapperRuntime: rt(wrapper)}},
+		{name: "no wrapper", def: "runc", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), "alt": rt(runc)}, own: wrapper},
+		{name: "default runtime by name", def: OCIWrapperRuntime, runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), OCIWrapperRuntime: rt(wrapper)}, want: `default runtime "netshim-oci" is netshim's OCI wrapper`},
+		{name: "default runtime under another name", def: "secure", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), "secure": rt(wrapper)}, want: `default runtime "secure" is netshim's OCI wrapper`},
+		{name: "same file as netshim-oci's", def: "runc", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), OCIWrapperRuntime: rt(wrapper), "hook": rt(renamed)}, want: "as runtime hook,"},
+		{name: "same file as the one beside netshim", def: "runc", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), "hook": rt(renamed)}, own: wrapper, want: "as runtime hook,"},
+		{name: "by its file name", def: "runc", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), "pinned": rt("/opt/x/netshim-oci")}, want: "as runtime pinned,"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := wrapperMisuse(system.Info{DefaultRuntime: tc.def, Runtimes: tc.runtimes}, tc.own)
+			if tc.want == "" {
+				if got != "" {
+					t.Fatalf("misuse %q, want none", got)
+				}
+				return
+			}
+			if !strings.Contains(got, tc.want) || !strings.Contains(got, `register it only as runtime "netshim-oci"`) {
+				t.Fatalf("misuse %q, want one containing %q and the fix", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunPodSandboxRefusesAMisregisteredWrapper: while the engine runs the
+// wrapper as its default runtime, pods fail with FailedPrecondition naming
+// the fix, nothing is made, and crictl info says why.
+func TestRunPodSandboxRefusesAMisregisteredWrapper(t *testing.T) {
+	e, _ := runtimesEnv(t, system.Info{DefaultRuntime: OCIWrapperRuntime, Runtimes: map[string]system.RuntimeWithStatus{
+		"runc": {Runtime: system.Runtime{Path: "runc"}}, OCIWrapperRuntime: {Runtime: system.Runtime{Path: "/usr/bin/netshim-oci"}},
+	}})
+	e.handlerNames(t) // Status reads the runtimes, as kubelet's polls do
+	for _, handler := range []string{"", "runc"} {
+		_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("p"), RuntimeHandler: handler})
+		if codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "default runtime") {
+			t.Fatalf("handler %q: got %v, want FailedPrecondition naming the default runtime", handler, err)
+		}
+	}
+	if n := e.docker.count("ContainerCreate"); n != 0 {
+		t.Errorf("%d containers created", n)
+	}
+	if mode, reason := e.ds.SandboxNetNSMode(context.Background()); mode != "unavailable" || !strings.Contains(reason, "netshim's OCI wrapper") {
+		t.Errorf("sandbox netns mode %q (%s), want unavailable with the reason", mode, reason)
+	}
+}
+
+// TestRunPodSandboxRefusesAMisregisteredWrapperUnread: a pinned pod that
+// comes before any Status read the runtimes is refused all the same.
+func TestRunPodSandboxRefusesAMisregisteredWrapperUnread(t *testing.T) {
+	requireRoot(t)
+	e, _ := newPinnedEnvDefault(t, SandboxNetNSPinned, true, OCIWrapperRuntime)
+	_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("p")})
+	if codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "default runtime") {
+		t.Fatalf("got %v, want FailedPrecondition naming the default runtime", err)
+	}
+	if n := e.docker.count("ContainerCreate"); n != 0 {
+		t.Errorf("%d containers created", n)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -64,9 +65,17 @@ type netnsMode struct {
 func (ds *DockerService) sandboxNetNSMode(ctx context.Context) netnsMode {
 	switch ds.cfg.SandboxNetNS {
 	case SandboxNetNSDocker, "":
+		// No read for this mode; a misregistered wrapper fails every
+		// pod in any mode (checkRuntimeHandler).
+		if r := ds.runtimes.snapshot(); r != nil && r.wrapperMisuse != "" {
+			return netnsMode{"unavailable", "RunPodSandbox fails: " + r.wrapperMisuse}
+		}
 		return netnsMode{SandboxNetNSDocker, "--sandbox-netns=docker"}
 	}
 	r := ds.runtimes.get(ctx, runtimesReadTimeout)
+	if r != nil && r.wrapperMisuse != "" {
+		return netnsMode{"unavailable", "RunPodSandbox fails: " + r.wrapperMisuse}
+	}
 	if r != nil && r.hasWrapper && ds.cfg.SandboxNetNS == SandboxNetNSAuto && r.defaultRuntime != "" && r.defaultRuntime != "runc" {
 		// The wrapper execs runc: on an engine whose default runtime is
 		// another (gVisor, say), auto must not move the pause containers
@@ -106,11 +115,17 @@ func (ds *DockerService) usePinnedNetNS(ctx context.Context, hostNetwork bool, h
 		return false, nil
 	}
 	// Pinned asked for, wrapper not seen: it may just have been added.
-	if r, _ := ds.runtimes.refresh(ctx); r != nil && r.hasWrapper {
+	if r, _ := ds.runtimes.refresh(ctx); r != nil && r.wrapperMisuse != "" {
+		return false, withCode(codes.FailedPrecondition, errors.New(r.wrapperMisuse))
+	} else if r != nil && r.hasWrapper {
 		return true, nil
 	}
 	return false, withCode(codes.FailedPrecondition, fmt.Errorf("--sandbox-netns=%s needs netshim's OCI runtime wrapper registered in the Docker engine as runtime %q (daemon.json \"runtimes\": {%q: {\"path\": \"/usr/bin/netshim-oci\"}}, then SIGHUP dockerd), or run netshim with --sandbox-netns=auto", ds.cfg.SandboxNetNS, OCIWrapperRuntime, OCIWrapperRuntime))
 }
+
+// errNoOCIKey: the markers cannot be signed (service.go), so the wrapper
+// would refuse the container.
+var errNoOCIKey = withCode(codes.FailedPrecondition, errors.New("pinned sandbox namespaces need the OCI wrapper's key in --netns-dir, which netshim could not make (see its start-up log)"))
 
 // labelNetNS names a sandbox's pinned netns on its infra container: the
 // second record of it, which rebuilds a lost or damaged checkpoint's
@@ -123,6 +138,9 @@ const labelNetNS = labelPrefix + "netns"
 // called (once the checkpoint names the file, or it was removed) the
 // start-up sweep leaves it alone.
 func (ds *DockerService) pinSandboxNetNS() (paths podns.Paths, done func(), err error) {
+	if ds.ociKey == nil {
+		return nil, nil, errNoOCIKey
+	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, nil, err

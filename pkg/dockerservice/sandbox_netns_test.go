@@ -56,6 +56,7 @@ func requireRoot(t *testing.T) {
 	}
 }
 
+// listDir lists a netns dir but for the OCI wrapper's key, which stays.
 func listDir(t *testing.T, dir string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
@@ -64,7 +65,9 @@ func listDir(t *testing.T, dir string) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		out = append(out, e.Name())
+		if e.Name() != podns.KeyFile {
+			out = append(out, e.Name())
+		}
 	}
 	return out
 }
@@ -142,7 +145,12 @@ func TestPinnedSandboxLifecycle(t *testing.T) {
 	if got := c.Config.Labels[labelNetNS]; got != cp.NetNS {
 		t.Errorf("label %s = %q, want %s", labelNetNS, got, cp.NetNS)
 	}
-	if want := (podns.Paths{podns.Net: cp.NetNS}).Env(); !slices.Contains(c.Config.Env, want) {
+	// Signed with the key the wrapper reads: the one in --netns-dir.
+	key, err := podns.ReadKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (podns.Paths{podns.Net: cp.NetNS}).Env(key); !slices.Contains(c.Config.Env, want) {
 		t.Errorf("env %q lacks %q", c.Config.Env, want)
 	}
 	e.plugin.mu.Lock()

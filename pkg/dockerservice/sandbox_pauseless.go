@@ -189,6 +189,9 @@ func (ds *DockerService) existingSandboxByName(ctx context.Context, name string,
 // and its /dev/shm. Until done is called the start-up sweep leaves them
 // alone; on error nothing is left.
 func (ds *DockerService) pinPauselessNamespaces() (paths podns.Paths, shm string, done func(), err error) {
+	if ds.ociKey == nil {
+		return nil, "", nil, errNoOCIKey
+	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, "", nil, err

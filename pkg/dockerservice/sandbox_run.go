@@ -95,7 +95,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 			}
 		}()
 		hostConfig.Runtime = OCIWrapperRuntime
-		config.Env = append(config.Env, paths.Env())
+		config.Env = append(config.Env, paths.Env(ds.ociKey))
 		config.Labels[labelNetNS] = netns
 		t.step("netns")
 	}

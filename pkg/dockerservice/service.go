@@ -96,7 +96,11 @@ type DockerService struct {
 	// --netns-dir (sandbox_netns.go). pinning holds the files a
 	// RunPodSandbox is making, which the start-up sweep must leave;
 	// pinMu orders the two.
-	pinner  *podns.Pinner
+	pinner *podns.Pinner
+	// ociKey signs the markers naming pinned namespaces (podns.KeyFile in
+	// --netns-dir), which the OCI wrapper applies only with its MAC: an
+	// image's ENV cannot name a namespace. nil without a --netns-dir.
+	ociKey  *podns.Key
 	pinMu   sync.Mutex
 	pinning map[string]bool
 
@@ -187,6 +191,16 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		// Also in the docker mode: sandboxes made while pinned still
 		// tear down with, and then remove, the netns they name.
 		ds.pinner = podns.NewPinner(cfg.NetNSDir)
+		key, err := podns.LoadOrCreateKey(cfg.NetNSDir)
+		switch {
+		case err == nil:
+			ds.ociKey = key
+		case cfg.SandboxNetNS == SandboxNetNSDocker || cfg.SandboxNetNS == "":
+			// Only pinning needs it; a pod's start must not fail for it.
+			klog.ErrorS(err, "Cannot make the OCI wrapper's key; pinned sandboxes stay possible to tear down", "netnsDir", cfg.NetNSDir)
+		default:
+			return nil, fmt.Errorf("--netns-dir %s: %w", cfg.NetNSDir, err)
+		}
 	} else if cfg.SandboxNetNS == SandboxNetNSAuto || cfg.SandboxNetNS == SandboxNetNSPinned || cfg.SandboxNetNS == SandboxNetNSPauseless {
 		return nil, fmt.Errorf("--sandbox-netns=%s needs a --netns-dir", cfg.SandboxNetNS)
 	}

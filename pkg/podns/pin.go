@@ -212,9 +212,9 @@ func (p *Pinner) Remove(path string) error {
 	return nil
 }
 
-// List returns the paths of every file in the directory, sorted: the
-// pinned namespaces, the pods' /dev/shm directories, and mount points a
-// crash left half made.
+// List returns the paths of every file in the directory but dot files,
+// sorted: the pinned namespaces, the pods' /dev/shm directories, and
+// mount points a crash left half made.
 func (p *Pinner) List() ([]string, error) {
 	entries, err := os.ReadDir(p.dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -225,6 +225,9 @@ func (p *Pinner) List() ([]string, error) {
 	}
 	out := make([]string, 0, len(entries))
 	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue // the key (KeyFile) and its temp files, never a pod's
+		}
 		if !e.IsDir() || strings.HasSuffix(e.Name(), shmSuffix) {
 			out = append(out, filepath.Join(p.dir, e.Name()))
 		}

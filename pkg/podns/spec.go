@@ -14,11 +14,12 @@ type ociNamespace struct {
 }
 
 // ApplyToConfig edits an OCI runtime config (a bundle's config.json) as
-// the marker in its process.env asks: each named namespace gets its pinned
-// path in linux.namespaces, after verify accepts it, and the marker leaves
-// the environment. A config without the marker comes back unchanged (false).
+// the marker in its process.env asks: accept reads the marker's value
+// (Verifier.Accept) and says which namespaces it names, each of which gets
+// its pinned path in linux.namespaces, and the marker leaves the
+// environment. A config without the marker comes back unchanged (false).
 // Every member the edit does not touch keeps its bytes.
-func ApplyToConfig(config []byte, verify func(path string, kind Kind) error) ([]byte, bool, error) {
+func ApplyToConfig(config []byte, accept func(value string) (Paths, error)) ([]byte, bool, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(config, &top); err != nil {
 		return nil, false, fmt.Errorf("parsing the runtime config: %w", err)
@@ -27,7 +28,7 @@ func ApplyToConfig(config []byte, verify func(path string, kind Kind) error) ([]
 	if err != nil || !found {
 		return config, false, err
 	}
-	paths, err := ParseEnv(value)
+	paths, err := accept(value)
 	if err != nil {
 		return nil, false, err
 	}
@@ -47,9 +48,6 @@ func ApplyToConfig(config []byte, verify func(path string, kind Kind) error) ([]
 		}
 	}
 	for kind, path := range paths {
-		if err := verify(path, kind); err != nil {
-			return nil, false, err
-		}
 		i := 0
 		for ; i < len(nss) && nss[i].Type != kind.ociType(); i++ {
 		}

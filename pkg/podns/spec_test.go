@@ -8,14 +8,16 @@ import (
 	"testing"
 )
 
-func acceptAll(string, Kind) error { return nil }
+// acceptAll takes any marker, as an ApplyToConfig caller may (the
+// wrapper's Verifier is tested apart, in marker_test.go).
+func acceptAll(value string) (Paths, error) { return ParseEnv(value) }
 
 func TestApplyToConfig(t *testing.T) {
 	marker := EnvKey + "=net=/d/p.net"
 	for _, tc := range []struct {
 		name    string
 		in      string
-		verify  func(string, Kind) error
+		accept  func(string) (Paths, error)
 		changed bool
 		wantNS  []ociNamespace
 		wantEnv []string
@@ -54,18 +56,18 @@ func TestApplyToConfig(t *testing.T) {
 			wantNS:  []ociNamespace{{Type: "network", Path: "/d/p.net"}},
 			wantEnv: []string{},
 		},
-		{name: "verify refuses", in: `{"process":{"env":["` + EnvKey + `=net=/proc/1/ns/net"]}}`, verify: Verify, wantErr: "a process's namespace"},
+		{name: "accept refuses", in: `{"process":{"env":["` + EnvKey + `=net=/proc/1/ns/net"]}}`, accept: func(string) (Paths, error) { return nil, errors.New("refused: unsigned") }, wantErr: "refused: unsigned"},
 		{name: "bad marker", in: `{"process":{"env":["` + EnvKey + `=pid=/x"]}}`, wantErr: "cannot be pinned"},
 		{name: "bad JSON", in: `{"process":`, wantErr: "parsing the runtime config"},
 		{name: "env not a list", in: `{"process":{"env":"x"}}`, wantErr: "process.env"},
 		{name: "namespaces not a list", in: `{"process":{"env":["` + marker + `"]},"linux":{"namespaces":{}}}`, wantErr: "linux.namespaces"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			verify := tc.verify
-			if verify == nil {
-				verify = acceptAll
+			accept := tc.accept
+			if accept == nil {
+				accept = acceptAll
 			}
-			out, changed, err := ApplyToConfig([]byte(tc.in), verify)
+			out, changed, err := ApplyToConfig([]byte(tc.in), accept)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
@@ -119,27 +121,18 @@ func TestApplyToConfigKeepsTheRest(t *testing.T) {
 	}
 }
 
-func TestApplyToConfigVerifiesEveryPath(t *testing.T) {
-	var seen []string
-	boom := errors.New("not pinned")
-	verify := func(path string, kind Kind) error {
-		seen = append(seen, string(kind)+"="+path)
-		if kind == UTS {
-			return boom
-		}
-		return nil
+func TestApplyToConfigAcceptsTheMarkersValue(t *testing.T) {
+	var got []string
+	accept := func(v string) (Paths, error) { got = append(got, v); return ParseEnv(v) }
+	in := `{"process":{"env":["A=1","` + EnvKey + `=net=/d/p.net,uts=/d/p.uts"]}}`
+	if _, _, err := ApplyToConfig([]byte(in), accept); err != nil {
+		t.Fatal(err)
 	}
-	in := `{"process":{"env":["` + EnvKey + `=net=/d/p.net,uts=/d/p.uts"]}}`
-	if _, _, err := ApplyToConfig([]byte(in), verify); !errors.Is(err, boom) {
-		t.Fatalf("error = %v, want the verifier's", err)
-	}
-	if len(seen) == 0 {
-		t.Fatal("verify was not called")
+	if want := []string{"net=/d/p.net,uts=/d/p.uts"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("accept saw %q, want %q", got, want)
 	}
 }
 
-// Docker's libnetwork hook leaves a container whose netns is pinned; other
-// hooks stay.
 func TestApplyToConfigDropsLibnetworkHook(t *testing.T) {
 	setkey := `{"path":"/proc/27153/exe","args":["libnetwork-setkey","-exec-root=/var/run/docker","d1c1","f5ec"]}`
 	other := `{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]}`

@@ -54,6 +54,9 @@ type Command struct {
 	Bundle string
 	// Process is the --process (-p) file of exec, "" if none.
 	Process string
+	// ID is the container ID, the command's first argument that is no
+	// flag ("" if none): what the wrapper's errors name.
+	ID string
 }
 
 // Parse reads the parts of a runc command line a wrapper acts on.
@@ -76,6 +79,9 @@ func Parse(args []string) Command {
 	for i++; i < len(args); i++ {
 		name, inline, isFlag := flagName(args[i])
 		if !isFlag {
+			if c.ID == "" {
+				c.ID = args[i]
+			}
 			continue
 		}
 		value := func() string {
@@ -94,7 +100,8 @@ func Parse(args []string) Command {
 			c.Bundle = value()
 		case (name == "process" || name == "p") && c.Name == "exec":
 			c.Process = value()
-		case commandValueFlags[name] && !inline:
+		case (commandValueFlags[name] || name == "bundle" || name == "b" || name == "process" || name == "p") && !inline:
+			// A value this command does not use: not the ID.
 			i++
 		}
 	}

@@ -156,7 +156,7 @@ func setKubeletGates(gates map[string]bool) error {
 // registerWrapper registers netshim's OCI wrapper in daemon.json and
 // reloads Docker (README, "Pinned netns"); running containers stay.
 func registerWrapper() error {
-	conf := `{"runtimes": {"netshim-oci": {"path": "/usr/bin/netshim-oci"}}}` + "\n"
+	conf := `{"runtimes": {"netshim-oci": {"path": "/usr/bin/netshim-oci", "runtimeArgs": ["--netshim-netns-dir=/run/netshim/netns"]}}}` + "\n"
 	if err := os.MkdirAll("/etc/docker", 0o755); err != nil {
 		return err
 	}
