@@ -68,11 +68,16 @@ type PodSandbox struct {
 	// be released. Empty in checkpoints written before the field existed
 	// (see NetworkReady).
 	Setup string `json:"setup,omitempty"`
-	// NetworkTornDown is set once TearDownPod succeeded, so that Remove
-	// after Stop does not run CNI DEL a second time. Until it is set,
-	// every Stop/Remove retries the teardown. netshim keeps it in memory
-	// only (a lost mark costs one idempotent DEL), so on disk it is
-	// normally false.
+	// TeardownStarted is written before the first TearDownPod (CNI DEL)
+	// of a stop: from then on the sandbox is not ready, also for a netshim
+	// killed during or after the DEL and before the infra container
+	// stopped, which would otherwise find a running infra container and a
+	// ready setup, and report READY an IP the DEL gave back to the pool.
+	TeardownStarted bool `json:"teardownStarted,omitempty"`
+	// NetworkTornDown is written once TearDownPod succeeded, so that
+	// Remove after Stop, also after a restart, does not run CNI DEL a
+	// second time. Until it is set, every Stop/Remove retries the
+	// teardown.
 	NetworkTornDown bool `json:"networkTornDown,omitempty"`
 	// NetNS is the sandbox's pinned network namespace (a bind mount under
 	// netshim's --netns-dir, --sandbox-netns=pinned), written before the

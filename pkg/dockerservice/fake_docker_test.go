@@ -57,6 +57,8 @@ type fakeDocker struct {
 
 	pingErr  error
 	startErr error
+	// stopErr makes ContainerStop fail (the container keeps running).
+	stopErr error
 	// layersSize is what DiskUsage reports for images.
 	layersSize int64
 	// removeErr makes ContainerRemove fail (the container stays).
@@ -255,6 +257,9 @@ func (f *fakeDocker) ContainerStop(_ context.Context, id string, _ container.Sto
 	if c == nil {
 		return notFound(id)
 	}
+	if f.stopErr != nil {
+		return f.stopErr
+	}
 	if c.State.Running {
 		c.State.Status, c.State.Running, c.State.Pid = "exited", false, 0
 		c.State.FinishedAt = time.Now().UTC().Format(time.RFC3339Nano)
@@ -288,6 +293,10 @@ func (f *fakeDocker) ContainerRemove(_ context.Context, id string, opts containe
 
 func (f *fakeDocker) ContainerInspect(_ context.Context, id string) (container.InspectResponse, error) {
 	f.record("ContainerInspect " + id)
+	if strings.TrimSpace(id) == "" {
+		// As Docker's client, which refuses a blank ID before any request.
+		return container.InspectResponse{}, errdefs.ErrInvalidArgument.WithMessage("invalid container name or ID: value is empty")
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.find(id)

@@ -82,13 +82,14 @@ func (ds *DockerService) sandboxReady(id string) bool {
 	ds.mu.Lock()
 	cp := ds.sandboxes[id]
 	ds.mu.Unlock()
-	return cp != nil && cp.NetworkReady() && !cp.NetworkTornDown
+	return cp != nil && cp.NetworkReady() && !cp.TeardownStarted && !cp.NetworkTornDown
 }
 
 // podIPs are the IPs a sandbox holds: none for host-network pods or once
-// its network is torn down.
+// its network's teardown began (a DEL may have freed them, even if it did
+// not complete).
 func podIPs(cp *checkpoint.PodSandbox) []string {
-	if cp == nil || cp.HostNetwork || cp.NetworkTornDown || !cp.NetworkReady() {
+	if cp == nil || cp.HostNetwork || cp.TeardownStarted || cp.NetworkTornDown || !cp.NetworkReady() {
 		return nil
 	}
 	return cp.IPs

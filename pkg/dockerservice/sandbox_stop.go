@@ -150,12 +150,19 @@ func (ds *DockerService) stopSandbox(ctx context.Context, ref sandboxRef) error 
 	return tearDownErr
 }
 
-// tearDownSandboxNetwork calls the plugin and records success in the
-// in-memory checkpoint only (the caller holds the sandbox's lifecycle lock): the mark saves a second CNI DEL when Remove
-// follows Stop, and losing it in a restart costs just that (DEL is
-// idempotent), so it is not worth a synchronous disk write on every stop.
+// tearDownSandboxNetwork calls the plugin; the caller holds the sandbox's
+// lifecycle lock. The checkpoint says TeardownStarted before the DEL and
+// NetworkTornDown after it succeeded, on disk: a netshim killed anywhere
+// from the DEL to the infra container's stop finds the sandbox not ready
+// at restart (its IP may be another pod's by then), and Remove after Stop
+// runs no second DEL. A checkpoint that cannot be written (a full disk)
+// does not keep the pod from stopping: the marks are then kept in memory
+// only, as they are for this process's answers anyway.
 func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandboxRef) error {
 	cp := ref.checkpointOrLabels()
+	if ref.cp != nil && !ref.cp.TeardownStarted {
+		ds.markTeardown(ctx, ref.id, func(c *checkpoint.PodSandbox) { c.TeardownStarted = true })
+	}
 	if err := ds.network.TearDownPod(ctx, podRef(cp)); err != nil {
 		return err
 	}
@@ -165,18 +172,32 @@ func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandbox
 	if err := ds.releasePinnedNamespaces(cp); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to remove a torn-down sandbox's pinned netns; RemovePodSandbox retries", "podSandboxID", ref.id)
 	}
-	if ref.cp == nil {
-		return nil
+	if ref.cp != nil {
+		ds.markTeardown(ctx, ref.id, func(c *checkpoint.PodSandbox) { c.TeardownStarted, c.NetworkTornDown = true, true })
 	}
-	ds.mu.Lock()
-	if cur, ok := ds.sandboxes[ref.id]; ok {
-		updated := *cur
-		updated.NetworkTornDown = true
-		ds.sandboxes[ref.id] = &updated
-	}
-	ds.mu.Unlock()
-	ds.checkpointChanged(ref.id)
 	return nil
+}
+
+// markTeardown records a teardown mark in the sandbox's checkpoint, on
+// disk and in memory; in memory alone if the write fails (logged).
+func (ds *DockerService) markTeardown(ctx context.Context, id string, mark func(*checkpoint.PodSandbox)) {
+	ds.mu.Lock()
+	cur, ok := ds.sandboxes[id]
+	ds.mu.Unlock()
+	if !ok {
+		return
+	}
+	updated := *cur
+	mark(&updated)
+	if err := ds.putCheckpoint(&updated); err != nil {
+		klog.FromContext(ctx).Error(err, "Failed to record the network teardown in the sandbox's checkpoint; keeping it in memory", "podSandboxID", id)
+		ds.mu.Lock()
+		if _, still := ds.sandboxes[id]; still {
+			ds.sandboxes[id] = &updated
+		}
+		ds.mu.Unlock()
+		ds.checkpointChanged(id)
+	}
 }
 
 // stopContainer stops one container; one already stopped or gone is fine.

@@ -820,3 +820,68 @@ func TestListPodSandboxCacheFollowsState(t *testing.T) {
 		return false
 	})
 }
+
+// TestStopKilledAfterDelIsNotReadyAtRestart: a netshim killed between the
+// CNI DEL (which gave the pod's IP back to the pool) and the infra
+// container's stop finds, at restart, a running infra container and a
+// checkpoint whose setup was ready. The teardown marks are on disk: the
+// sandbox is NOTREADY without an IP, and Remove runs no second DEL. A
+// netshim killed during a DEL that never completed finds it NOTREADY too,
+// and the next Stop DELs again.
+func TestStopKilledAfterDelIsNotReadyAtRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// delFails: the DEL fails (stands for a kill during it); else the
+		// infra container's stop fails (a kill right after the DEL).
+		delFails      bool
+		wantSecondDel bool
+	}{
+		{name: "killed after the DEL"},
+		{name: "killed during the DEL", delFails: true, wantSecondDel: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t)
+			id := e.run(t, podConfig("web"))
+			e.plugin.mu.Lock()
+			if tc.delFails {
+				e.plugin.downErr = errors.New("killed mid-DEL")
+			}
+			e.plugin.mu.Unlock()
+			e.docker.mu.Lock()
+			e.docker.stopErr = errors.New("killed before the infra container stopped")
+			e.docker.mu.Unlock()
+			if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err == nil {
+				t.Fatal("StopPodSandbox succeeded; the test wants it cut short")
+			}
+			e.docker.mu.Lock()
+			e.docker.stopErr = nil
+			e.docker.mu.Unlock()
+
+			ds, plugin := e.restart(t)
+			st, err := ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || st.Status.GetNetwork().GetIp() != "" {
+				t.Fatalf("after restart: state %s ip %q, want NOTREADY without an IP", st.Status.State, st.Status.GetNetwork().GetIp())
+			}
+			if _, err := ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+				t.Fatalf("second StopPodSandbox: %v", err)
+			}
+			if _, err := ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+				t.Fatalf("RemovePodSandbox: %v", err)
+			}
+			plugin.mu.Lock()
+			dels := 0
+			for _, c := range plugin.calls {
+				if c == "TearDownPod "+id {
+					dels++
+				}
+			}
+			plugin.mu.Unlock()
+			if want := map[bool]int{false: 0, true: 1}[tc.wantSecondDel]; dels != want {
+				t.Errorf("%d DELs after the restart, want %d", dels, want)
+			}
+		})
+	}
+}
