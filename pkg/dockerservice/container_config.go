@@ -446,19 +446,11 @@ func setSecurityContext(config *container.Config, hc *container.HostConfig, sc *
 		}
 		hc.SecurityOpt = append(hc.SecurityOpt, apparmor...)
 	}
-	if se := sc.GetSelinuxOptions(); se != nil {
-		for _, kv := range [][2]string{{"user", se.GetUser()}, {"role", se.GetRole()}, {"type", se.GetType()}, {"level", se.GetLevel()}} {
-			// No SELinux user, role, type or level has a control
-			// character; refusing them keeps a newline out of Docker's
-			// security options.
-			if strings.ContainsFunc(kv[1], unicode.IsControl) {
-				return invalidArgf("SELinux %s %q contains a control character", kv[0], kv[1])
-			}
-			if kv[1] != "" {
-				hc.SecurityOpt = append(hc.SecurityOpt, "label="+kv[0]+":"+kv[1])
-			}
-		}
+	labels, err := selinuxSecurityOpts(sc.GetSelinuxOptions())
+	if err != nil {
+		return err
 	}
+	hc.SecurityOpt = append(hc.SecurityOpt, labels...)
 	if sc.GetNoNewPrivs() {
 		hc.SecurityOpt = append(hc.SecurityOpt, "no-new-privileges")
 	}
@@ -520,6 +512,24 @@ func normalizeCaps(caps []string) []string {
 // sethostname blocks a privileged container), and every version applies an
 // AppArmor profile that was named. So unconfined is said explicitly, and a
 // Localhost seccomp profile is not even read.
+// selinuxSecurityOpts maps CRI SELinux options to Docker's label
+// security options, for containers and pause containers alike.
+func selinuxSecurityOpts(se *runtimeapi.SELinuxOption) ([]string, error) {
+	var opts []string
+	for _, kv := range [][2]string{{"user", se.GetUser()}, {"role", se.GetRole()}, {"type", se.GetType()}, {"level", se.GetLevel()}} {
+		// No SELinux user, role, type or level has a control
+		// character; refusing them keeps a newline out of Docker's
+		// security options.
+		if strings.ContainsFunc(kv[1], unicode.IsControl) {
+			return nil, invalidArgf("SELinux %s %q contains a control character", kv[0], kv[1])
+		}
+		if kv[1] != "" {
+			opts = append(opts, "label="+kv[0]+":"+kv[1])
+		}
+	}
+	return opts, nil
+}
+
 func privilegedSecurityOpts() []string {
 	return []string{"seccomp=unconfined", "apparmor=unconfined"}
 }

@@ -421,6 +421,14 @@ func (ds *DockerService) sandboxDockerConfig(cfg *runtimeapi.PodSandboxConfig, r
 		}
 		hc.SecurityOpt = secOpts
 	}
+	// The pod's SELinux label is the pause container's, as dockershim
+	// set it: the pod's shared IPC namespace and /dev/shm carry it, and
+	// the containers that join them run with the same label.
+	selinux, err := selinuxSecurityOpts(sc.GetSelinuxOptions())
+	if err != nil {
+		return nil, nil, err
+	}
+	hc.SecurityOpt = append(hc.SecurityOpt, selinux...)
 	return config, hc, nil
 }
 

@@ -185,7 +185,8 @@ func TestHostNetworkSandboxCheckpointIsReady(t *testing.T) {
 }
 
 // A privileged sandbox runs unconfined whatever seccomp profile the pod
-// has; an unprivileged one gets the profile it asked for.
+// has; an unprivileged one gets the profile it asked for; either gets the
+// pod's SELinux label.
 func TestRunPodSandboxSecurityOpts(t *testing.T) {
 	e := newTestEnv(t)
 	profile := filepath.Join(t.TempDir(), "seccomp.json")
@@ -201,19 +202,26 @@ func TestRunPodSandboxSecurityOpts(t *testing.T) {
 		name       string
 		privileged bool
 		seccomp    *runtimeapi.SecurityProfile
+		selinux    *runtimeapi.SELinuxOption
 		want       []string
 	}{
-		{"unprivileged runtime default", false, &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil},
-		{"unprivileged localhost", false, localhost(profile), []string{`seccomp={"defaultAction":"SCMP_ACT_ERRNO"}`}},
-		{"privileged without profile", true, nil, unconfined},
-		{"privileged runtime default", true, &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, unconfined},
-		{"privileged localhost", true, localhost(profile), unconfined},
+		{"unprivileged runtime default", false, &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil, nil},
+		{"unprivileged localhost", false, localhost(profile), nil, []string{`seccomp={"defaultAction":"SCMP_ACT_ERRNO"}`}},
+		{"privileged without profile", true, nil, nil, unconfined},
+		{"privileged runtime default", true, &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil, unconfined},
+		{"privileged localhost", true, localhost(profile), nil, unconfined},
 		// Not read at all: a missing file is no error.
-		{"privileged absent localhost", true, localhost(absent), unconfined},
+		{"privileged absent localhost", true, localhost(absent), nil, unconfined},
+		// The pod's SELinux label goes to its pause container (dockershim
+		// did so), as each container's own goes to it.
+		{"selinux", false, nil, &runtimeapi.SELinuxOption{User: "system_u", Role: "system_r", Type: "spc_t", Level: "s0:c1,c2"},
+			[]string{"label=user:system_u", "label=role:system_r", "label=type:spc_t", "label=level:s0:c1,c2"}},
+		{"selinux level only", false, nil, &runtimeapi.SELinuxOption{Level: "s0:c5"}, []string{"label=level:s0:c5"}},
+		{"privileged selinux", true, nil, &runtimeapi.SELinuxOption{Type: "spc_t"}, append(slices.Clone(unconfined), "label=type:spc_t")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := podConfig(fmt.Sprintf("sec%d", i))
-			cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{Privileged: c.privileged, Seccomp: c.seccomp}
+			cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{Privileged: c.privileged, Seccomp: c.seccomp, SelinuxOptions: c.selinux}
 			id := e.run(t, cfg)
 			got, err := e.docker.ContainerInspect(context.Background(), id)
 			if err != nil {
