@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -114,12 +115,20 @@ func KillInContainer(procRoot string, pid int, containerID string) error {
 	return KillTree(procRoot, p)
 }
 
-// KillTree SIGKILLs root and all its descendants. The tree is first
-// frozen with SIGSTOP, level by level, so that no process can fork a child
-// the kill would miss; then every member is killed. Each descendant found
-// in procRoot is pinned with a pidfd and its parent re-read before it is
-// signalled, so a pid that changed hands between the listing and the
-// signal is skipped. Processes that are gone already are skipped.
+// killWait bounds how long KillTree waits for the killed processes to
+// end. SIGKILL acts at once, unless a process is in an uninterruptible
+// sleep (a hung NFS read, say), which no signal can end.
+const killWait = 5 * time.Second
+
+// KillTree SIGKILLs root and all its descendants, and returns once every
+// one of them has exited (a zombie counts), so that a caller looking
+// right after finds none running. The tree is first frozen with SIGSTOP,
+// level by level, so that no process can fork a child the kill would
+// miss; then every member is killed. Each descendant found in procRoot is
+// pinned with a pidfd and its parent re-read before it is signalled, so a
+// pid that changed hands between the listing and the signal is skipped.
+// Processes that are gone already are skipped. A member still running
+// killWait after the kill is an error naming it.
 func KillTree(procRoot string, root *Process) error {
 	if err := root.Signal(unix.SIGSTOP); err != nil {
 		if errors.Is(err, ErrGone) {
@@ -171,6 +180,9 @@ func KillTree(procRoot string, root *Process) error {
 		}
 	}
 	killAll(tree)
+	if left := waitExited(tree, killWait); len(left) > 0 {
+		return fmt.Errorf("pids %v still run %s after SIGKILL (an uninterruptible sleep?)", left, killWait)
+	}
 	return nil
 }
 

@@ -20,8 +20,12 @@
 package procutil
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -111,4 +115,42 @@ func (p *Process) Close() error {
 		return nil
 	}
 	return unix.Close(p.fd)
+}
+
+// exited says whether the process has stopped running: it exited (a
+// zombie counts: it runs no more, though its pid is not free yet). A
+// pidfd becomes readable then; without one, /proc/<pid>/stat says Z or
+// X, or is gone.
+func (p *Process) exited() bool {
+	if p.fd >= 0 {
+		fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err == nil && n == 1
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(data, ')')
+	return i < 0 || i+2 >= len(data) || data[i+2] == 'Z' || data[i+2] == 'X'
+}
+
+// waitExited waits, for at most timeout, until every process has exited;
+// it returns the pids of those that still run.
+func waitExited(ps map[int]*Process, timeout time.Duration) []int {
+	deadline := time.Now().Add(timeout)
+	delay := time.Millisecond
+	for {
+		var left []int
+		for pid, p := range ps {
+			if !p.exited() {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 50*time.Millisecond)
+	}
 }

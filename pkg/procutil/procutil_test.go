@@ -197,10 +197,15 @@ func TestKillTree(t *testing.T) {
 	if err := KillTree("/proc", p); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
-	for _, pid := range tree {
-		testutil.Eventually(t, "pid "+strconv.Itoa(pid)+" to die", func() bool { return !alive(pid) })
+	// KillTree returns once the tree has exited: no poll. (ExecSync's
+	// timeout relies on it: its caller looks for the exec's processes
+	// right after.)
+	for _, pid := range append(tree, rootPid) {
+		if alive(pid) {
+			t.Errorf("pid %d still runs (state %s) when KillTree returned", pid, testutil.ProcState(pid))
+		}
 	}
+	_ = cmd.Wait()
 	// Killing what is gone already is fine.
 	if err := KillTree("/proc", p); err != nil {
 		t.Errorf("second kill: %v", err)
