@@ -334,6 +334,14 @@ func TestConformance(t *testing.T) {
 	if counts.Failed > 0 || critestErr != nil {
 		t.Errorf("critest: %d failed, exit status: %v", counts.Failed, critestErr)
 	}
+	if want, ok := WantPassed(c.engine, c.privileged); ok && len(c.critestArgs) == 0 {
+		switch {
+		case counts.Passed < want:
+			t.Errorf("critest: %d passed, fewer than the %d a full run passes on %s: specs that passed are now skipped or gone (is a feature no longer advertised?)", counts.Passed, want, c.engine)
+		case counts.Passed > want:
+			logf("critest: %d passed, more than the %d pinned for %s in test/critest/skips.go: raise it", counts.Passed, want, c.engine)
+		}
+	}
 }
 
 // runCritest runs critest in dir, its output going whole to logPath and,

@@ -100,3 +100,25 @@ func TestCheckDryRun(t *testing.T) {
 		t.Errorf("no Will run line: %v", err)
 	}
 }
+
+func TestWantPassed(t *testing.T) {
+	for _, tc := range []struct {
+		engine, privileged string
+		want               int
+		ok                 bool
+	}{
+		{engine: "docker20", want: 73, ok: true},
+		{engine: "docker29", want: wantPassed["docker29"], ok: true},
+		{engine: "docker20", privileged: "run"},
+		{engine: "docker29", privileged: "skip"},
+		{engine: "docker20-runc143"},
+	} {
+		got, ok := WantPassed(tc.engine, tc.privileged)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("WantPassed(%q, %q) = %d, %v; want %d, %v", tc.engine, tc.privileged, got, ok, tc.want, tc.ok)
+		}
+		if ok && got <= 0 {
+			t.Errorf("WantPassed(%q) = %d: a floor must be positive", tc.engine, got)
+		}
+	}
+}
