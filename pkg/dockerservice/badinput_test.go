@@ -191,6 +191,9 @@ type badCase struct {
 	code   codes.Code
 	// msg are parts the message must hold: the field or value at fault.
 	msg []string
+	// noDocker: the request must not reach Docker at all, not even to
+	// read (a malformed ID).
+	noDocker bool
 }
 
 // empty fails unless a list answer is empty: a hostile filter matches
@@ -246,6 +249,22 @@ func (f *badInputFixture) cases() []badCase {
 	add := func(method, name string, code codes.Code, call func(context.Context) error, msg ...string) {
 		cs = append(cs, badCase{name: name, method: method, call: call, code: code, msg: msg})
 	}
+	// malformedIDs are IDs that can name nothing: blank ones reach Docker's
+	// client, which refuses them as invalid (Stop and Remove then answered
+	// Unavailable), and a '/' would change the Docker API call's path.
+	malformedIDs := []struct{ name, id, msg string }{
+		{"blank id", " \t ", "only white space"},
+		{"id with slash", "../images/busybox", "is not a"},
+		{"id with space", f.unknown[:12] + " x", "is not a"},
+	}
+	// Each malformed ID is refused naming the field, without a Docker
+	// call.
+	addMalformed := func(method, field string, call func(ctx context.Context, id string) error) {
+		for _, m := range malformedIDs {
+			add(method, m.name, codes.InvalidArgument, func(ctx context.Context) error { return call(ctx, m.id) }, field, m.msg)
+			cs[len(cs)-1].noDocker = true
+		}
+	}
 
 	// Sandbox RPCs: IDs that are empty, unknown, of a container, ambiguous.
 	sandboxIDs := []struct {
@@ -256,6 +275,39 @@ func (f *badInputFixture) cases() []badCase {
 		{"empty id", "", codes.InvalidArgument, []string{"pod sandbox ID is required"}},
 		{"container id", f.created, codes.NotFound, []string{f.created, "is a container"}},
 		{"ambiguous prefix", f.ambiguous, codes.InvalidArgument, []string{fmt.Sprintf("%q", f.ambiguous), "more than one"}},
+	}
+	sandboxRPCs := map[string]func(ctx context.Context, id string) error{
+		"StopPodSandbox": func(ctx context.Context, id string) error {
+			_, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+			return err
+		},
+		"RemovePodSandbox": func(ctx context.Context, id string) error {
+			_, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+			return err
+		},
+		"PodSandboxStatus": func(ctx context.Context, id string) error {
+			_, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+			return err
+		},
+		"PodSandboxStats": func(ctx context.Context, id string) error {
+			_, err := rt.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{PodSandboxId: id})
+			return err
+		},
+		"PortForward": func(ctx context.Context, id string) error {
+			_, err := rt.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: id, Port: []int32{80}})
+			return err
+		},
+		"UpdatePodSandboxResources": func(ctx context.Context, id string) error {
+			_, err := rt.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: id})
+			return err
+		},
+		"CreateContainer": func(ctx context.Context, id string) error {
+			_, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: id, Config: ctrConfig("bad"), SandboxConfig: f.sandbox})
+			return err
+		},
+	}
+	for _, method := range slices.Sorted(maps.Keys(sandboxRPCs)) {
+		addMalformed(method, "pod_sandbox_id", sandboxRPCs[method])
 	}
 	for _, s := range sandboxIDs {
 		add("StopPodSandbox", s.name, s.code, func(ctx context.Context) error {
@@ -384,6 +436,17 @@ func (f *badInputFixture) cases() []badCase {
 	run("strict supplemental groups", secOf(func(sc *runtimeapi.LinuxSandboxSecurityContext) {
 		sc.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
 	}), "pod sandbox", "Strict is not supported by the Docker engine")
+	run("relative log directory with ..", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.LogDirectory = "logs/../../etc" }), "log_directory", `"logs/../../etc"`, "absolute")
+	run("relative log directory", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.LogDirectory = "var/log/pods/ns_p_uid" }), "log_directory", `"var/log/pods/ns_p_uid"`, "absolute")
+	run("absolute log directory with ..", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.LogDirectory = f.logRoot + "/../../etc" }), "log_directory", `".."`)
+	run("log directory not clean", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.LogDirectory = f.logRoot + "//p/" }), "log_directory", "not a clean path")
+	run("log directory with NUL", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.LogDirectory = f.logRoot + "/p\x00" }), "log_directory", "NUL")
+	run("negative pod cpu shares", cfgOf(func(c *runtimeapi.PodSandboxConfig) {
+		c.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuShares: -2}
+	}), "pod sandbox resources", "cpu_shares -2")
+	run("negative overhead memory", cfgOf(func(c *runtimeapi.PodSandboxConfig) {
+		c.Linux.Overhead = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -5}
+	}), "pod sandbox overhead", "memory_limit_in_bytes -5")
 	run("user namespace", secOf(func(sc *runtimeapi.LinuxSandboxSecurityContext) {
 		sc.NamespaceOptions = &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}
 	}), "user namespaces")
@@ -467,6 +530,17 @@ func (f *badInputFixture) cases() []badCase {
 		c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/img", Image: &runtimeapi.ImageSpec{Image: testImageID}}}
 	}, "image volumes need Docker 28 (API 1.48)", "speaks API 1.41")
 	resources("oom score out of range", func(r *runtimeapi.LinuxContainerResources) { r.OomScoreAdj = 5000 }, "oom_score_adj 5000")
+	resources("oom score below range", func(r *runtimeapi.LinuxContainerResources) { r.OomScoreAdj = -1001 }, "oom_score_adj -1001")
+	resources("cpu quota above the kernel's", func(r *runtimeapi.LinuxContainerResources) { r.CpuQuota = 1 << 50 }, "cpu_quota", "kernel's maximum")
+	resources("negative swap", func(r *runtimeapi.LinuxContainerResources) {
+		r.MemoryLimitInBytes, r.MemorySwapLimitInBytes = 64<<20, -2
+	}, "memory_swap_limit_in_bytes -2")
+	resources("hugepage limit without page size", func(r *runtimeapi.LinuxContainerResources) {
+		r.HugepageLimits = []*runtimeapi.HugepageLimit{{PageSize: "2MB"}, {Limit: 2 << 20}}
+	}, "hugepage_limits[1]", "page_size")
+	ctr("blank pid namespace target", func(c *runtimeapi.ContainerConfig) {
+		c.Linux.SecurityContext.NamespaceOptions = &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_TARGET, TargetId: "  "}
+	}, "target_id", "white space")
 	resources("bad cpuset", func(r *runtimeapi.LinuxContainerResources) { r.CpusetCpus = "0-" }, "cpuset_cpus")
 
 	// Container RPCs: IDs that are empty, unknown, of a sandbox, ambiguous.
@@ -519,7 +593,8 @@ func (f *badInputFixture) cases() []badCase {
 		}, codes.NotFound},
 	}
 	for _, r := range ctrRPCs {
-		add(r.method, "empty id", codes.InvalidArgument, func(ctx context.Context) error { return r.call(ctx, "") }, "container ID is required")
+		add(r.method, "empty id", codes.InvalidArgument, func(ctx context.Context) error { return r.call(ctx, "") }, "container ID is required", "container_id")
+		addMalformed(r.method, "container_id", r.call)
 		add(r.method, "sandbox id", codes.NotFound, func(ctx context.Context) error { return r.call(ctx, f.sandboxID) }, f.sandboxID, "is a pod sandbox")
 		add(r.method, "ambiguous prefix", codes.InvalidArgument, func(ctx context.Context) error { return r.call(ctx, f.ambiguous) }, "more than one")
 		var msg []string
@@ -540,6 +615,9 @@ func (f *badInputFixture) cases() []badCase {
 	}
 	update("negative cpu shares", &runtimeapi.LinuxContainerResources{CpuShares: -2}, "cpu_shares -2")
 	update("negative memory", &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -4096}, "memory_limit_in_bytes -4096")
+	update("negative swap", &runtimeapi.LinuxContainerResources{MemorySwapLimitInBytes: -3}, "memory_swap_limit_in_bytes -3")
+	update("cpu quota above the kernel's", &runtimeapi.LinuxContainerResources{CpuQuota: 1 << 45}, "cpu_quota", "kernel's maximum")
+	update("negative cpu period", &runtimeapi.LinuxContainerResources{CpuPeriod: -100000}, "cpu_period -100000")
 	update("tiny cpu quota", &runtimeapi.LinuxContainerResources{CpuQuota: 5}, "cpu_quota 5")
 	update("unified garbage", &runtimeapi.LinuxContainerResources{Unified: map[string]string{"cpu.max": "max 1"}}, "cpu.max", "period")
 	add("UpdateContainerResources", "windows only", codes.InvalidArgument, func(ctx context.Context) error {
@@ -671,10 +749,36 @@ func (f *badInputFixture) cases() []badCase {
 			return err
 		}, msg...)
 	}
-	sbUpdate("empty id", codes.InvalidArgument, "", "pod sandbox ID is required")
+	sbUpdate("empty id", codes.InvalidArgument, "", "pod sandbox ID is required", "pod_sandbox_id")
 	sbUpdate("unknown id", codes.NotFound, f.unknown, f.unknown, "not found")
 	sbUpdate("container id", codes.NotFound, f.created, "is a container")
 	sbUpdate("known sandbox", codes.OK, f.sandboxID)
+	// What kubelet sends for a pod with requests and limits, and -1 for a
+	// CFS quota that exclusive CPUs turned off.
+	add("UpdatePodSandboxResources", "what kubelet sends", codes.OK, func(ctx context.Context) error {
+		_, err := rt.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: f.sandboxID,
+			Resources: &runtimeapi.LinuxContainerResources{CpuShares: 512, CpuPeriod: 100000, CpuQuota: -1, MemoryLimitInBytes: 4 << 20,
+				HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB"}, {PageSize: "1GB"}}},
+			Overhead: &runtimeapi.LinuxContainerResources{CpuShares: 2, CpuPeriod: 100000, CpuQuota: 1000, MemoryLimitInBytes: 1 << 20}})
+		return err
+	})
+	// Nothing of it is applied, and nothing refused may look accepted:
+	// every value that can only be wrong is InvalidArgument.
+	sbResources := func(name string, res, overhead *runtimeapi.LinuxContainerResources, msg ...string) {
+		add("UpdatePodSandboxResources", name, codes.InvalidArgument, func(ctx context.Context) error {
+			_, err := rt.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: f.sandboxID, Resources: res, Overhead: overhead})
+			return err
+		}, msg...)
+		cs[len(cs)-1].noDocker = true
+	}
+	sbResources("negative cpu shares", &runtimeapi.LinuxContainerResources{CpuShares: -1024}, nil, "resources", "cpu_shares -1024")
+	sbResources("negative memory", &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -2}, nil, "resources", "memory_limit_in_bytes -2")
+	sbResources("negative cpu quota", &runtimeapi.LinuxContainerResources{CpuQuota: -5}, nil, "cpu_quota -5")
+	sbResources("tiny cpu period", &runtimeapi.LinuxContainerResources{CpuPeriod: 10}, nil, "cpu_period 10")
+	sbResources("oom score out of range", &runtimeapi.LinuxContainerResources{OomScoreAdj: 1001}, nil, "oom_score_adj 1001")
+	sbResources("negative swap", &runtimeapi.LinuxContainerResources{MemorySwapLimitInBytes: -7}, nil, "memory_swap_limit_in_bytes -7")
+	sbResources("negative overhead cpu shares", nil, &runtimeapi.LinuxContainerResources{CpuShares: -2}, "overhead", "cpu_shares -2")
+	sbResources("negative overhead memory", &runtimeapi.LinuxContainerResources{CpuShares: 2}, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -4096}, "overhead", "memory_limit_in_bytes -4096")
 
 	// Not implemented: the answer says so and names the RPC.
 	unimpl := func(method string, call func(context.Context) error) {
@@ -794,6 +898,11 @@ func TestBadInputGetsPreciseStatusAndChangesNothing(t *testing.T) {
 			}
 			if len(st.Message()) > 1024 {
 				t.Errorf("message is %d bytes: a hostile value must not be echoed whole", len(st.Message()))
+			}
+			if tc.noDocker {
+				if made := f.docker.callLog()[calls:]; len(made) != 0 {
+					t.Errorf("the request made Docker calls %q", made)
+				}
 			}
 			f.assertUnchanged(t, before, calls)
 		})

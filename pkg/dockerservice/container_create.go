@@ -163,8 +163,8 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 // validateContainerConfig rejects what cannot make a container, before
 // any Docker call.
 func validateContainerConfig(r *runtimeapi.CreateContainerRequest) error {
-	if r.GetPodSandboxId() == "" {
-		return invalidArgf("pod sandbox ID is required")
+	if err := validateID("pod sandbox", "pod_sandbox_id", r.GetPodSandboxId()); err != nil {
+		return err
 	}
 	cfg := r.GetConfig()
 	if cfg == nil {

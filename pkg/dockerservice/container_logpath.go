@@ -16,7 +16,8 @@ import (
 // writes that file as root, so the pair is checked before anything is
 // created:
 //
-//   - log_directory is absolute and clean; log_path is relative, clean and
+//   - log_directory is absolute and clean (RunPodSandbox checks that
+//     already, validateLogDirectory); log_path is relative, clean and
 //     has no ".." component, so the joined path is textually under the
 //     directory;
 //   - no component of the joined path that exists is a symlink, and the
@@ -41,13 +42,10 @@ func (ds *DockerService) containerLogPath(dir, rel string) (string, error) {
 	if rel == "" || dir == "" {
 		return "", nil
 	}
+	if err := validateLogDirectory(dir); err != nil {
+		return "", err
+	}
 	switch {
-	case strings.ContainsRune(dir, 0):
-		return "", invalidArgf("pod sandbox log_directory %q contains a NUL byte", dir)
-	case !filepath.IsAbs(dir):
-		return "", invalidArgf("pod sandbox log_directory %q must be an absolute path", dir)
-	case filepath.Clean(dir) != dir:
-		return "", invalidArgf("pod sandbox log_directory %q is not a clean path: write it as %q", dir, filepath.Clean(dir))
 	case strings.ContainsRune(rel, 0):
 		return "", invalidArgf("container log_path %q contains a NUL byte", rel)
 	case filepath.IsAbs(rel):

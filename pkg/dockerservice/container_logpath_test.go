@@ -51,8 +51,12 @@ func TestCreateContainerLogPath(t *testing.T) {
 		setup:   func(*testing.T, string, string, string) paths { return paths{dir: "pods/p", rel: "c/0.log"} },
 		wantErr: "must be an absolute path",
 	}, {
-		name:    "unclean log_directory",
+		name:    "log_directory with ..",
 		setup:   func(_ *testing.T, base, _, _ string) paths { return paths{dir: base + "/pods/x/../p", rel: "c/0.log"} },
+		wantErr: `must not contain a ".." component`,
+	}, {
+		name:    "unclean log_directory",
+		setup:   func(_ *testing.T, base, _, _ string) paths { return paths{dir: base + "/pods//p", rel: "c/0.log"} },
 		wantErr: "is not a clean path",
 	}, {
 		name:    "absolute log_path",

@@ -132,8 +132,8 @@ func (ds *DockerService) lookupContainer(ctx context.Context, id string) (*store
 }
 
 func (ds *DockerService) resolveContainer(id string, resolve func() (*store.Record, error)) (*store.Record, error) {
-	if id == "" {
-		return nil, invalidArgf("container ID is required")
+	if err := validateID("container", "container_id", id); err != nil {
+		return nil, err
 	}
 	if err := ds.requireSynced(); err != nil {
 		return nil, err

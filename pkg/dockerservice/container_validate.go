@@ -23,6 +23,10 @@ const (
 	maxCPUPeriod = 1000000
 	minCPUQuota  = 1000
 	maxCPUShares = 262144
+	// maxCPUQuota is the kernel's largest CFS quota (MAX_BW, 2^44-1
+	// microseconds, about 203 days): it refuses a larger one with EINVAL,
+	// which runc reports only when the container starts.
+	maxCPUQuota = 1<<44 - 1
 )
 
 // validateContainerSpec checks a container config whose metadata and
@@ -55,6 +59,11 @@ func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
 	sc := linux.GetSecurityContext()
 	if err := validateNamespaceModes(what, sc.GetNamespaceOptions()); err != nil {
 		return err
+	}
+	if ns := sc.GetNamespaceOptions(); ns.GetPid() == runtimeapi.NamespaceMode_TARGET {
+		if err := validateID("container", "namespace_options.target_id", ns.GetTargetId()); err != nil {
+			return fmt.Errorf("%s: pid namespace target: %w", what, err)
+		}
 	}
 	if err := validateIDs(what, sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups()); err != nil {
 		return err
@@ -161,27 +170,55 @@ type errString string
 
 func (e errString) Error() string { return string(e) }
 
-// validateResources refuses limits the kernel or Docker cannot take. Zero
-// means "not set" for every field, as for Docker; -1 means "no limit" for
-// cpu_quota, memory_limit_in_bytes and memory_swap_limit_in_bytes (as for
-// runc), which is how an update lifts a limit. Used by CreateContainer and
-// UpdateContainerResources.
+// validateResources refuses limits the kernel or Docker cannot take: the
+// ranges of validateResourceRanges, then what Docker's fields cannot
+// express (resolveResources). Used by CreateContainer and
+// UpdateContainerResources, whose resources are applied through Docker.
 func validateResources(what string, res *runtimeapi.LinuxContainerResources) error {
+	if res == nil {
+		return nil
+	}
+	if err := validateResourceRanges(what, res); err != nil {
+		return err
+	}
+	// The unified (cgroup v2) entries Docker has a field for must be
+	// well-formed and agree with the fields; the others are not read.
+	if _, err := resolveResources(res); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// validateResourceRanges refuses values no cgroup can hold, whoever the
+// resources are for: a container's (applied through Docker) or a pod's
+// (RunPodSandbox and UpdatePodSandboxResources, where kubelet sizes the
+// pod's cgroup itself and netshim applies nothing, so Docker's own limits,
+// such as its 6 MiB memory minimum, are not checked). Zero means "not set"
+// for every field, as for Docker; -1 means "no limit" for cpu_quota,
+// memory_limit_in_bytes and memory_swap_limit_in_bytes (as for runc),
+// which is how an update lifts a limit. Any other negative value can only
+// be a mistake: Docker would pass it on, and the kernel refuse it at start
+// or read it as something else.
+func validateResourceRanges(what string, res *runtimeapi.LinuxContainerResources) error {
 	if res == nil {
 		return nil
 	}
 	switch s := res.GetCpuShares(); {
 	case s < 0:
-		return invalidArgf("%s: cpu_shares %d is negative", what, s)
+		return invalidArgf("%s: cpu_shares %d is negative: want 0 (unset) or a weight of 2-%d (kubelet sends 2 for a pod without CPU requests)", what, s, maxCPUShares)
 	case s > maxCPUShares:
 		return invalidArgf("%s: cpu_shares %d is above the kernel's maximum %d", what, s, maxCPUShares)
 	}
 	if p := res.GetCpuPeriod(); p != 0 && (p < minCPUPeriod || p > maxCPUPeriod) {
 		return invalidArgf("%s: cpu_period %d is out of range %d-%d (microseconds)", what, p, minCPUPeriod, maxCPUPeriod)
 	}
-	// -1 is the kernel's "no limit".
-	if q := res.GetCpuQuota(); q < -1 || (q > 0 && q < minCPUQuota) {
+	// -1 is the kernel's "no limit" (kubelet sends it when exclusive CPUs
+	// turn the quota off).
+	switch q := res.GetCpuQuota(); {
+	case q < -1 || (q > 0 && q < minCPUQuota):
 		return invalidArgf("%s: cpu_quota %d is invalid: want 0 (unset), -1 (no limit) or at least %d microseconds", what, q, minCPUQuota)
+	case q > maxCPUQuota:
+		return invalidArgf("%s: cpu_quota %d is above the kernel's maximum %d microseconds; use -1 for no limit", what, q, maxCPUQuota)
 	}
 	mem, swap := res.GetMemoryLimitInBytes(), res.GetMemorySwapLimitInBytes()
 	if mem < -1 {
@@ -201,10 +238,13 @@ func validateResources(what string, res *runtimeapi.LinuxContainerResources) err
 			return invalidArgf("%s: %s %s is not a list like 0-3,5", what, f.field, shortQuote(f.v))
 		}
 	}
-	// The unified (cgroup v2) entries Docker has a field for must be
-	// well-formed and agree with the fields; the others are not read.
-	if _, err := resolveResources(res); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+	// A limit is an unsigned byte count; one without a page size names no
+	// hugetlb cgroup file. kubelet sends every page size of the node, as
+	// "2MB" or "1GB", with a limit of 0 unless the pod asks for hugepages.
+	for i, h := range res.GetHugepageLimits() {
+		if h.GetLimit() != 0 && h.GetPageSize() == "" {
+			return invalidArgf("%s: hugepage_limits[%d]: a limit of %d bytes needs a page_size (such as \"2MB\")", what, i, h.GetLimit())
+		}
 	}
 	return nil
 }

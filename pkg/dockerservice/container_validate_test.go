@@ -1,6 +1,7 @@
 package dockerservice
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -124,6 +125,54 @@ func TestValidateContainerSpec(t *testing.T) {
 			cfg := ctrConfig("c")
 			tc.mutate(cfg)
 			requireInvalidArgument(t, validateContainerSpec(cfg), tc.wantErr)
+		})
+	}
+}
+
+// validateResourceRanges is what every LinuxContainerResources gets,
+// containers' and pods' alike: a value no cgroup can hold is refused, and
+// what kubelet sends is not.
+func TestValidateResourceRanges(t *testing.T) {
+	type res = runtimeapi.LinuxContainerResources
+	for _, tc := range []struct {
+		name    string
+		res     *res
+		wantErr string // a part of the message; "" means accepted
+	}{
+		{"nil", nil, ""},
+		{"unset", &res{}, ""},
+		{"kubelet burstable", &res{CpuShares: 102, CpuPeriod: 100000, CpuQuota: 50000, MemoryLimitInBytes: 128 << 20, OomScoreAdj: 968,
+			HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB"}, {PageSize: "1GB"}}}, ""},
+		{"kubelet best effort", &res{CpuShares: 2, CpuPeriod: 100000, OomScoreAdj: 1000}, ""},
+		{"exclusive cpus: no quota", &res{CpuShares: 2048, CpuPeriod: 100000, CpuQuota: -1}, ""},
+		{"lift memory and swap", &res{MemoryLimitInBytes: -1, MemorySwapLimitInBytes: -1}, ""},
+		{"pod memory below docker's minimum", &res{MemoryLimitInBytes: 1 << 20}, ""},
+		{"most negative oom score", &res{OomScoreAdj: -1000}, ""},
+		{"largest quota", &res{CpuQuota: maxCPUQuota}, ""},
+		{"hugepage limit", &res{HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 4 << 20}}}, ""},
+		{"negative cpu shares", &res{CpuShares: -1}, "cpu_shares -1 is negative"},
+		{"huge cpu shares", &res{CpuShares: maxCPUShares + 1}, "cpu_shares"},
+		{"negative cpu period", &res{CpuPeriod: -100000}, "cpu_period -100000"},
+		{"tiny cpu period", &res{CpuPeriod: 999}, "cpu_period 999"},
+		{"huge cpu period", &res{CpuPeriod: maxCPUPeriod + 1}, "cpu_period"},
+		{"cpu quota -2", &res{CpuQuota: -2}, "cpu_quota -2"},
+		{"tiny cpu quota", &res{CpuQuota: 999}, "cpu_quota 999"},
+		{"cpu quota above the kernel's", &res{CpuQuota: maxCPUQuota + 1}, "kernel's maximum"},
+		{"memory -2", &res{MemoryLimitInBytes: -2}, "memory_limit_in_bytes -2"},
+		{"most negative memory", &res{MemoryLimitInBytes: math.MinInt64}, "memory_limit_in_bytes"},
+		{"swap -2", &res{MemorySwapLimitInBytes: -2}, "memory_swap_limit_in_bytes -2"},
+		{"swap below memory", &res{MemoryLimitInBytes: 64 << 20, MemorySwapLimitInBytes: 32 << 20}, "below memory_limit_in_bytes"},
+		{"oom score -1001", &res{OomScoreAdj: -1001}, "oom_score_adj -1001"},
+		{"oom score 1001", &res{OomScoreAdj: 1001}, "oom_score_adj 1001"},
+		{"bad cpuset", &res{CpusetMems: "1-0"}, "cpuset_mems"},
+		{"hugepage limit without page size", &res{HugepageLimits: []*runtimeapi.HugepageLimit{{Limit: 2 << 20}}}, "hugepage_limits[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validateResourceRanges("pod sandbox resources", tc.res)
+			requireInvalidArgument(t, err, tc.wantErr)
+			if err != nil && !strings.HasPrefix(err.Error(), "pod sandbox resources: ") {
+				t.Errorf("%v does not say whose resources", err)
+			}
 		})
 	}
 }

@@ -18,8 +18,9 @@ import (
 // gives up with ctx: a call queued behind a long CNI ADD returns
 // DeadlineExceeded to its caller, which retries.
 func (ds *DockerService) lockSandbox(ctx context.Context, id string) (ref sandboxRef, found bool, unlock func(), err error) {
-	if id == "" {
-		return ref, false, nil, invalidArgf("pod sandbox ID is required")
+	// Before Lookup, which would ask Docker about an ID the index lacks.
+	if err := validateID("pod sandbox", "pod_sandbox_id", id); err != nil {
+		return ref, false, nil, err
 	}
 	// The index may lack a sandbox that exists (events dropped, a resync
 	// not done yet): Lookup asks Docker then and records what it finds,

@@ -28,8 +28,8 @@ type sandboxRef struct {
 // and the checkpoints. found is false when neither knows it: for Stop and
 // Remove that means there is nothing to do.
 func (ds *DockerService) lookupSandbox(id string) (ref sandboxRef, found bool, err error) {
-	if id == "" {
-		return ref, false, invalidArgf("pod sandbox ID is required")
+	if err := validateID("pod sandbox", "pod_sandbox_id", id); err != nil {
+		return ref, false, err
 	}
 	ref.id = id
 	rec, err := ds.store.Resolve(id)
@@ -49,8 +49,12 @@ func (ds *DockerService) lookupSandbox(id string) (ref sandboxRef, found bool, e
 // mustFindSandbox is lookupSandbox for the RPCs about an existing
 // sandbox: it waits for nothing, answers Unavailable before the index's
 // first sync and NotFound for a sandbox neither the index nor the
-// checkpoints know.
+// checkpoints know. A malformed ID is refused first: it is wrong whatever
+// the state of the index.
 func (ds *DockerService) mustFindSandbox(id string) (sandboxRef, error) {
+	if err := validateID("pod sandbox", "pod_sandbox_id", id); err != nil {
+		return sandboxRef{}, err
+	}
 	if err := ds.requireSynced(); err != nil {
 		return sandboxRef{}, err
 	}

@@ -12,9 +12,22 @@ import (
 // has nothing of a pod to update: the infra container holds no limits of
 // its own and the workload containers get theirs through
 // UpdateContainerResources. So the answer only says whether the sandbox
-// exists; kubelet reads an error as the runtime rejecting the resize.
+// exists and the request is one a cgroup could hold; kubelet reads an
+// error as the runtime rejecting the resize.
 func (ds *DockerService) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error) {
-	ref, err := ds.mustFindSandbox(r.GetPodSandboxId())
+	id := r.GetPodSandboxId()
+	if err := validateID("pod sandbox", "pod_sandbox_id", id); err != nil {
+		return nil, err
+	}
+	// Checked although nothing is applied: accepting a negative CPU
+	// weight or memory limit would tell kubelet the resize took effect.
+	if err := validateResourceRanges("pod sandbox "+id+": resources", r.GetResources()); err != nil {
+		return nil, err
+	}
+	if err := validateResourceRanges("pod sandbox "+id+": overhead", r.GetOverhead()); err != nil {
+		return nil, err
+	}
+	ref, err := ds.mustFindSandbox(id)
 	if err != nil {
 		return nil, err
 	}

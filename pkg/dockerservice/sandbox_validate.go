@@ -62,6 +62,9 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	if err := validateHostname(cfg.GetHostname()); err != nil {
 		return err
 	}
+	if err := validateLogDirectory(cfg.GetLogDirectory()); err != nil {
+		return err
+	}
 	if err := validateLabelSize("pod sandbox", cfg.GetLabels(), cfg.GetAnnotations()); err != nil {
 		return err
 	}
@@ -76,6 +79,15 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	}
 	linux := cfg.GetLinux()
 	if err := validateCgroupParent(linux.GetCgroupParent()); err != nil {
+		return err
+	}
+	// Nothing applies the pod-level resources (kubelet sizes the pod's
+	// cgroup itself), but a value no cgroup can hold says the request is
+	// wrong; only the kernel's ranges are checked, not Docker's limits.
+	if err := validateResourceRanges("pod sandbox resources", linux.GetResources()); err != nil {
+		return err
+	}
+	if err := validateResourceRanges("pod sandbox overhead", linux.GetOverhead()); err != nil {
 		return err
 	}
 	sc := linux.GetSecurityContext()
@@ -109,6 +121,58 @@ func validateRunPodSandbox(r *runtimeapi.RunPodSandboxRequest) error {
 	// The runtime handler is checked against the engine's runtimes by
 	// RunPodSandbox (runtime_handlers.go), which needs docker info.
 	return validateSandboxConfig(r.GetConfig())
+}
+
+// validateLogDirectory checks the directory under which netshim, as root,
+// creates the log file of each of the pod's containers, so that a pod
+// whose containers could never log there is refused before anything of it
+// exists. kubelet sends an absolute, clean /var/log/pods/<ns>_<name>_<uid>.
+// A relative path is refused: netshim has no directory it could be
+// relative to (its working directory is wherever it was started), and
+// CreateContainer refuses it for every container with a log_path. A ".."
+// component is refused even where it would stay under the root, as it is
+// how a log file would escape the pod's directory. Empty means no logs.
+// containerLogPath applies the same rule at CreateContainer, whose
+// request carries the sandbox config again.
+func validateLogDirectory(dir string) error {
+	switch {
+	case dir == "":
+		return nil
+	case strings.ContainsRune(dir, 0):
+		return invalidArgf("pod sandbox log_directory %s contains a NUL byte", shortQuote(dir))
+	case !filepath.IsAbs(dir):
+		return invalidArgf("pod sandbox log_directory %s must be an absolute path without '..' (kubelet sends /var/log/pods/<namespace>_<name>_<uid>)", shortQuote(dir))
+	case hasDotDot(dir):
+		return invalidArgf("pod sandbox log_directory %s must not contain a \"..\" component: the pod's log files must stay under it", shortQuote(dir))
+	case filepath.Clean(dir) != dir:
+		return invalidArgf("pod sandbox log_directory %s is not a clean path: write it as %s", shortQuote(dir), shortQuote(filepath.Clean(dir)))
+	}
+	return nil
+}
+
+// validateID checks the ID a request names a sandbox or container by
+// (field, e.g. pod_sandbox_id), before it is looked up in the index or,
+// for Stop and Remove when the index lacks it, in Docker. netshim's IDs
+// are Docker's: 64 hex digits, or a unique prefix; Docker also resolves a
+// container's name. Anything that is neither can name nothing, and is
+// refused here rather than sent on: Docker's client refuses a blank ID as
+// an invalid parameter, which Stop and Remove would answer as Unavailable
+// (kubelet reads that as the runtime being down), and a '/' would change
+// the path of the Docker API call the ID is put in. A well-formed ID that
+// names nothing is not an error here: Stop and Remove are idempotent.
+func validateID(kind, field, id string) error {
+	switch {
+	case id == "":
+		return invalidArgf("%s ID is required: %s is empty", kind, field)
+	case strings.TrimSpace(id) == "":
+		return invalidArgf("%s ID is required: %s %s is only white space", kind, field, shortQuote(id))
+	}
+	for i, c := range id {
+		if !isAlnum(c) && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return invalidArgf("%s %s is not a %s ID: want the hex ID netshim returned (or a unique prefix of it)", field, shortQuote(id), kind)
+		}
+	}
+	return nil
 }
 
 func validatePortMappings(pms []*runtimeapi.PortMapping) error {

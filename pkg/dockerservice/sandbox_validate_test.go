@@ -166,3 +166,71 @@ func requireInvalidArgument(t *testing.T, err error, wantErr string) {
 		t.Fatalf("got %v (code %v), want InvalidArgument mentioning %q", err, codeOf(err), wantErr)
 	}
 }
+
+func TestValidateLogDirectory(t *testing.T) {
+	for _, tc := range []struct {
+		dir     string
+		wantErr string // a part of the message; "" means accepted
+	}{
+		{"", ""}, // no logs
+		{"/var/log/pods/ns_web_0d3c1f6e-1a2b-4c5d-8e9f-0a1b2c3d4e5f", ""},
+		{"/", ""},
+		{"logs/../../etc", "must be an absolute path"},
+		{"../etc", "must be an absolute path"},
+		{"var/log/pods/ns_web_uid", "must be an absolute path"},
+		{".", "must be an absolute path"},
+		{"/var/log/pods/../../etc", `".." component`},
+		{"/var/log/pods/ns/..", `".." component`},
+		{"/var/log/pods//ns", "not a clean path"},
+		{"/var/log/pods/ns/", "not a clean path"},
+		{"/var/log/pods/./ns", "not a clean path"},
+		{"/var/log/pods/ns\x00", "NUL"},
+		{"/var/log/pods/..ns", ""}, // a name that starts with dots climbs nowhere
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			err := validateLogDirectory(tc.dir)
+			requireInvalidArgument(t, err, tc.wantErr)
+			if err != nil && !strings.Contains(err.Error(), "log_directory") {
+				t.Errorf("%v does not name the field", err)
+			}
+		})
+	}
+}
+
+func TestValidateID(t *testing.T) {
+	hex64 := strings.Repeat("0123456789abcdef", 4)
+	for _, tc := range []struct {
+		name, id, wantErr string
+	}{
+		{"full id", hex64, ""},
+		{"prefix", hex64[:12], ""},
+		{"docker name", "k8s_POD_web_ns_uid-1_0", ""},
+		{"name with dots and dashes", "a.b-c", ""},
+		{"empty", "", "is empty"},
+		{"space", " ", "only white space"},
+		{"tabs and newlines", "\t\n", "only white space"},
+		{"padded id", " " + hex64 + " ", "is not a container ID"},
+		{"slash", "a/b", "is not a container ID"},
+		{"traversal", "../containers/x", "is not a container ID"},
+		{"leading dash", "-x", "is not a container ID"},
+		{"leading dot", ".x", "is not a container ID"},
+		{"NUL", "ab\x00", "is not a container ID"},
+		{"query", "ab?force=1", "is not a container ID"},
+		{"non-ASCII", "abç", "is not a container ID"},
+		{"huge", strings.Repeat("/", 1<<16), "is not a container ID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validateID("container", "container_id", tc.id)
+			requireInvalidArgument(t, err, tc.wantErr)
+			if err == nil {
+				return
+			}
+			if !strings.Contains(err.Error(), "container_id") {
+				t.Errorf("%v does not name the field", err)
+			}
+			if len(err.Error()) > 300 {
+				t.Errorf("message is %d bytes long: a hostile value must be cut short", len(err.Error()))
+			}
+		})
+	}
+}

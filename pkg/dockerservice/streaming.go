@@ -72,17 +72,17 @@ func (ds *DockerService) Attach(_ context.Context, r *runtimeapi.AttachRequest) 
 // sandbox. The ports are connected on the pod's loopback, inside its
 // network namespace.
 func (ds *DockerService) PortForward(_ context.Context, r *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error) {
+	id := r.GetPodSandboxId()
+	if err := validateID("pod sandbox", "pod_sandbox_id", id); err != nil {
+		return nil, fmt.Errorf("port-forward: %w", err)
+	}
 	for _, p := range r.GetPort() {
 		if p <= 0 || p > 65535 {
-			return nil, invalidArgf("port-forward to pod sandbox %s: invalid port %d", r.GetPodSandboxId(), p)
+			return nil, invalidArgf("port-forward to pod sandbox %s: invalid port %d", id, p)
 		}
 	}
 	if err := ds.requireSynced(); err != nil {
 		return nil, err
-	}
-	id := r.GetPodSandboxId()
-	if id == "" {
-		return nil, invalidArgf("port-forward: pod sandbox ID is required")
 	}
 	rec, err := ds.store.Resolve(id)
 	if err != nil {
@@ -130,8 +130,8 @@ func (ds *DockerService) PodNetNS(_ context.Context, sandboxID string) (string, 
 // runningContainerForStream finds a workload container by ID or unique
 // prefix and checks that it runs.
 func (ds *DockerService) runningContainerForStream(what, id string) (*store.Record, error) {
-	if id == "" {
-		return nil, invalidArgf("%s container: container ID is required", what)
+	if err := validateID("container", "container_id", id); err != nil {
+		return nil, fmt.Errorf("%s container: %w", what, err)
 	}
 	if err := ds.requireSynced(); err != nil {
 		return nil, err
