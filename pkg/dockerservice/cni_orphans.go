@@ -48,8 +48,13 @@ func (ds *DockerService) killOrphanedPlugins() {
 	}
 	for pid, id := range pids {
 		target := pid
-		if pgid, err := unix.Getpgid(pid); err == nil && pgid == pid {
-			target = -pid // the plugin's whole group: it and its IPAM child
+		// The plugin's whole group at once, it and its IPAM child (which
+		// carries CNI_CONTAINERID too), whichever of the two comes first
+		// here: a child killed alone would let the plugin run on.
+		if pgid, err := unix.Getpgid(pid); err == nil {
+			if _, leader := pids[pgid]; leader {
+				target = -pgid
+			}
 		}
 		if err := unix.Kill(target, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
 			klog.ErrorS(err, "Failed to kill a CNI plugin a previous netshim left running", "pid", pid, "podSandboxID", id)
