@@ -58,21 +58,22 @@ func TestMetricsBindAddressFlag(t *testing.T) {
 }
 
 func TestStartMetricsServer(t *testing.T) {
-	bound, stop, err := startMetricsServer("", nil, nil)
+	bound, stop, err := startMetricsServer("", false, nil, nil)
 	if err != nil || bound != nil {
 		t.Fatalf("off: bound %v, err %v", bound, err)
 	}
 	stop()
 
 	ready := func() (bool, string) { return false, "not synced" }
-	bound, stop, err = startMetricsServer(":0", metrics.New(), ready)
+	bound, stop, err = startMetricsServer(":0", false, metrics.New(), ready)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bound.(*net.TCPAddr).IP.IsLoopback() {
 		t.Errorf("%q bound %v, want loopback", ":0", bound)
 	}
-	for path, code := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable, "/metrics": http.StatusOK} {
+	// Without --enable-profiling there is no pprof.
+	for path, code := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable, "/metrics": http.StatusOK, "/debug/pprof/": http.StatusNotFound, "/debug/pprof/heap": http.StatusNotFound} {
 		resp, err := http.Get("http://" + bound.String() + path)
 		if err != nil {
 			t.Fatal(err)
@@ -94,7 +95,84 @@ func TestStartMetricsServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	if _, _, err := startMetricsServer(busy.Addr().String(), metrics.New(), ready); err == nil {
+	if _, _, err := startMetricsServer(busy.Addr().String(), false, metrics.New(), ready); err == nil {
 		t.Errorf("started on busy %s", busy.Addr())
+	}
+}
+
+func TestEnableProfilingFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    bool
+		wantErr string
+	}{
+		{args: nil, want: false},
+		{args: []string{"--metrics-bind-address=:9090"}, want: false},
+		{args: []string{"--metrics-bind-address=:9090", "--enable-profiling"}, want: true},
+		{args: []string{"--metrics-bind-address=:9090", "--enable-profiling=false"}, want: false},
+		{args: []string{"--enable-profiling"}, wantErr: "--metrics-bind-address"},
+	} {
+		opts, err := parseFlags(t, tc.args...)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: error %v, want one mentioning %q", tc.args, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if opts.enableProfiling != tc.want {
+			t.Errorf("%v: enableProfiling %v, want %v", tc.args, opts.enableProfiling, tc.want)
+		}
+	}
+}
+
+func TestStartMetricsServerWithProfiling(t *testing.T) {
+	bound, stop, err := startMetricsServer("127.0.0.1:0", true, metrics.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for path, code := range map[string]int{
+		"/metrics": http.StatusOK, "/debug/pprof/": http.StatusOK, "/debug/pprof/heap": http.StatusOK,
+		"/debug/pprof/profile?seconds=3600": http.StatusBadRequest,
+	} {
+		resp, err := http.Get("http://" + bound.String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != code {
+			t.Errorf("%s: %d, want %d", path, resp.StatusCode, code)
+		}
+	}
+}
+
+func TestExposureWarning(t *testing.T) {
+	for _, tc := range []struct {
+		ip   string
+		warn bool
+	}{
+		{"127.0.0.1", false},
+		{"127.0.0.53", false},
+		{"::1", false},
+		{"0.0.0.0", true},
+		{"::", true},
+		{"10.0.0.5", true},
+		{"192.168.1.2", true},
+		{"fe80::1", true},
+	} {
+		for _, profiling := range []bool{false, true} {
+			w := exposureWarning(&net.TCPAddr{IP: net.ParseIP(tc.ip), Port: 9090}, profiling)
+			if (w != "") != tc.warn {
+				t.Errorf("%s, profiling %v: warning %q, want one: %v", tc.ip, profiling, w, tc.warn)
+			}
+			if w != "" && (!strings.HasPrefix(w, "WARNING: ") || strings.Contains(w, "pprof") != profiling) {
+				t.Errorf("%s, profiling %v: warning %q does not say what is exposed", tc.ip, profiling, w)
+			}
+		}
 	}
 }

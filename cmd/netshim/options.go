@@ -45,6 +45,7 @@ type options struct {
 	streamingAddress    string
 	layerInterval       time.Duration
 	metricsBindAddress  string
+	enableProfiling     bool
 	adoptCRIDockerd     bool
 	criDockerdRootDir   string
 	sandboxNetNS        string
@@ -106,7 +107,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", o.stopTimeout, "Grace period given to a sandbox's containers when the sandbox is stopped.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "On SIGTERM/SIGINT, how long in-flight RPCs may run before the server stops hard.")
 	fs.StringVar(&o.streamingAddress, "streaming-address", o.streamingAddress, "host:port of the HTTP server for exec, attach and port-forward sessions (the URLs the CRI Exec/Attach/PortForward RPCs return). Port 0 picks a free port. It has no authentication besides single-use tokens: keep it on loopback, where kubelet reaches it.")
-	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", o.metricsBindAddress, "[host]:port of the HTTP endpoint serving Prometheus metrics (/metrics), /healthz, /readyz and /debug/pprof/. Empty (the default) turns it off. Without a host (\":9090\") it binds 127.0.0.1: it has no authentication and pprof exposes the process's memory, so give a host (e.g. 0.0.0.0:9090) only on a trusted network.")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", o.metricsBindAddress, "[host]:port of the HTTP endpoint serving Prometheus metrics (/metrics), /healthz, /readyz, and /debug/pprof/ with --enable-profiling. Empty (the default) turns it off. Without a host (\":9090\") it binds 127.0.0.1: it has no authentication, so give a host (e.g. 0.0.0.0:9090) only on a trusted network; netshim logs a warning when it listens elsewhere than on loopback.")
+	fs.BoolVar(&o.enableProfiling, "enable-profiling", o.enableProfiling, fmt.Sprintf("Serve Go's pprof profiles under /debug/pprof/ on the --metrics-bind-address endpoint (which it needs). Off by default: profiles expose the process's memory and command line, and a CPU profile or trace slows it. A profile or trace samples for at most %d seconds (its seconds parameter).", int(metrics.MaxProfileDuration.Seconds())))
 	fs.DurationVar(&o.layerInterval, "writable-layer-measure-interval", o.layerInterval, "How often the disk usage of a container's writable layer (ContainerStats' writable_layer, kubelet's container rootfs) is measured, in the background. A layer too big to walk in one short slice is measured less often each time, down to once per 30 minutes or this interval if longer.")
 	fs.BoolVar(&o.adoptCRIDockerd, "adopt-cri-dockerd", o.adoptCRIDockerd, "Take over the pods cri-dockerd runs on the same Docker engine: its sandboxes and containers are listed with their ids, metadata and states, their host ports come from its checkpoints in --cri-dockerd-root-dir, their IPs from libcni's cache (use cri-dockerd's --cni-cache-dir), and their logs continue in CRI format. Keep it on while such pods remain (docs/migrate-from-cri-dockerd.md).")
 	fs.StringVar(&o.criDockerdRootDir, "cri-dockerd-root-dir", o.criDockerdRootDir, "cri-dockerd's --cri-dockerd-root-directory, whose sandbox/ checkpoints --adopt-cri-dockerd reads.")
@@ -154,8 +156,13 @@ func (o *options) validate() error {
 	}
 	if o.metricsBindAddress != "" {
 		if _, err := metrics.ListenAddress(o.metricsBindAddress); err != nil {
-			return fmt.Errorf("--metrics-bind-address %q: %v", o.metricsBindAddress, err)
+			return fmt.Errorf("--metrics-bind-address %q: %w", o.metricsBindAddress, err)
 		}
+	}
+	if o.enableProfiling && o.metricsBindAddress == "" {
+		// Refused rather than ignored: whoever asked for profiles would
+		// find nothing serving them.
+		return fmt.Errorf("--enable-profiling serves pprof on the metrics endpoint: give --metrics-bind-address too (e.g. 127.0.0.1:9090)")
 	}
 	if o.layerInterval <= 0 {
 		return fmt.Errorf("--writable-layer-measure-interval %s: must be positive", o.layerInterval)

@@ -166,13 +166,8 @@ func run(ctx context.Context, opts *options) error {
 		defer os.Remove(spec.path)
 		socket = spec.path
 	}
-	// The metrics interceptors come first (outermost), so that they see the
-	// status the client gets; the gate holds calls until netshim answers.
 	gate := newServeGate()
-	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(m.UnaryInterceptor, gate.Unary, dockerservice.UnaryInterceptor),
-		grpc.ChainStreamInterceptor(m.StreamInterceptor, gate.Stream, dockerservice.StreamInterceptor),
-		grpc.ForceServerCodecV2(ds.Codec()))
+	srv := newCRIServer(m, gate, ds.Codec())
 	ds.Register(srv)
 	// Connections are served from here on, before the slow parts of the
 	// start (reading Docker's state, the streaming server), so that a
@@ -186,7 +181,7 @@ func run(ctx context.Context, opts *options) error {
 	defer gate.Close()
 
 	// Up before the first sync, so that /readyz says why it waits.
-	_, stopMetrics, err := startMetricsServer(opts.metricsBindAddress, m, ds.Ready)
+	_, stopMetrics, err := startMetricsServer(opts.metricsBindAddress, opts.enableProfiling, m, ds.Ready)
 	if err != nil {
 		return err
 	}

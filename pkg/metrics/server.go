@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,12 +18,37 @@ import (
 // why.
 type ReadyFunc func() (ready bool, reason string)
 
+// MaxProfileDuration bounds the seconds parameter of the pprof endpoints
+// that sample for a while: /debug/pprof/profile (CPU), /debug/pprof/trace
+// and the delta profiles (/debug/pprof/heap?seconds=N...). A CPU profile
+// or trace runs for the whole process, one at a time, and holds its
+// connection as long: an unbounded one (seconds=1000000) would keep the
+// profiler, and a connection, for as long as asked. A longer CPU profile
+// is taken as several in a row: go tool pprof merges the files it is
+// given.
+const MaxProfileDuration = 60 * time.Second
+
+// The HTTP server's timeouts. Every request is a GET without a body, so
+// reading one is quick; the longest answer is a profile, written once its
+// sampling is over, so the write timeout, which runs from the end of the
+// request's headers, must exceed MaxProfileDuration. (pprof itself refuses
+// a duration at or above the server's write timeout.)
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = MaxProfileDuration + 30*time.Second
+	idleTimeout       = 2 * time.Minute
+)
+
 // Handler serves /metrics from m's registry, /healthz (200 while the
 // process serves HTTP at all), /readyz (200 once ready says so, 503 with
-// its reason before) and the pprof endpoints under /debug/pprof/.
-// (Importing net/http/pprof also registers them on http.DefaultServeMux,
-// which nothing in netshim serves.)
-func Handler(m *Metrics, ready ReadyFunc) http.Handler {
+// its reason before) and, only with profiling, the pprof endpoints under
+// /debug/pprof/: they expose the process's memory (heap profiles hold
+// the call stacks of every allocation, cmdline its arguments) and a CPU
+// profile or trace slows it, so nobody gets them without asking
+// (--enable-profiling). (Importing net/http/pprof also registers them on
+// http.DefaultServeMux, which nothing in netshim serves.)
+func Handler(m *Metrics, ready ReadyFunc, profiling bool) http.Handler {
 	mux := http.NewServeMux()
 	if m != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
@@ -42,6 +68,16 @@ func Handler(m *Metrics, ready ReadyFunc) http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if profiling {
+		mux.Handle("/debug/pprof/", profilingHandler())
+	}
+	return mux
+}
+
+// profilingHandler serves the pprof endpoints, none for longer than
+// MaxProfileDuration.
+func profilingHandler() http.Handler {
+	mux := http.NewServeMux()
 	// pprof.Index serves the named profiles (heap, goroutine, allocs...)
 	// under /debug/pprof/NAME; the other four have handlers of their own.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -49,12 +85,36 @@ func Handler(m *Metrics, ready ReadyFunc) http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
+	return limitProfileSeconds(mux)
+}
+
+// limitProfileSeconds refuses, with 400 and the limit, a seconds parameter
+// above MaxProfileDuration, for every pprof endpoint: each reads it as a
+// number of seconds to sample for (profile as an integer, trace as a
+// float, the delta profiles through Index). It reads the parameter as
+// pprof does (FormValue: the first value, from the query or a form body),
+// so that both see the same one. A value that is no number is left to
+// pprof, which falls back to its default or answers 400 itself; one this
+// parse reads as a number above the limit (Inf, NaN included) is refused
+// even where pprof would not have read it, since it can only be a
+// mistake.
+func limitProfileSeconds(h http.Handler) http.Handler {
+	limit := MaxProfileDuration.Seconds()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.FormValue("seconds"); v != "" {
+			if sec, err := strconv.ParseFloat(v, 64); err == nil && !(sec <= limit) {
+				http.Error(w, fmt.Sprintf("seconds=%s is above netshim's limit of %g s for one profile or trace: take several shorter ones", strconv.Quote(v), limit), http.StatusBadRequest)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // ListenAddress turns --metrics-bind-address into the address to listen
 // on: a value without a host (":9090") means loopback, as the endpoint
-// has no authentication and pprof exposes the process's memory.
+// has no authentication (and with profiling, pprof exposes the process's
+// memory).
 func ListenAddress(addr string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -87,7 +147,13 @@ func Listen(addr string, h http.Handler) (*Server, error) {
 		return nil, fmt.Errorf("listening for metrics on %s: %w", a, err)
 	}
 	return &Server{
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: readHeaderTimeout,
+			ReadTimeout:       readTimeout,
+			WriteTimeout:      writeTimeout,
+			IdleTimeout:       idleTimeout,
+		},
 		lis: lis,
 	}, nil
 }

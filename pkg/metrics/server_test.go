@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -29,7 +30,7 @@ func TestHandlerServesMetricsFamilies(t *testing.T) {
 	m.SetStateCounts(func() (map[string]int, map[string]int) {
 		return map[string]int{"running": 1}, map[string]int{"exited": 1}
 	})
-	rec := get(t, Handler(m, nil), "/metrics")
+	rec := get(t, Handler(m, nil, false), "/metrics")
 	if rec.Code != http.StatusOK {
 		t.Fatalf("/metrics: %d", rec.Code)
 	}
@@ -61,7 +62,7 @@ func TestHealthzAndReadyz(t *testing.T) {
 			return false, "docker: not connected yet"
 		}
 		return true, ""
-	})
+	}, false)
 	if rec := get(t, h, "/healthz"); rec.Code != http.StatusOK {
 		t.Errorf("/healthz before sync: %d, want 200", rec.Code)
 	}
@@ -76,7 +77,7 @@ func TestHealthzAndReadyz(t *testing.T) {
 }
 
 func TestPprofHeapIsAProfile(t *testing.T) {
-	rec := get(t, Handler(nil, nil), "/debug/pprof/heap")
+	rec := get(t, Handler(nil, nil, true), "/debug/pprof/heap")
 	if rec.Code != http.StatusOK {
 		t.Fatalf("/debug/pprof/heap: %d", rec.Code)
 	}
@@ -114,7 +115,7 @@ func TestListenAddress(t *testing.T) {
 }
 
 func TestServerServesAndShutsDown(t *testing.T) {
-	s, err := Listen(":0", Handler(New(), nil))
+	s, err := Listen(":0", Handler(New(), nil, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,104 @@ func TestServerServesAndShutsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	if _, err := Listen(busy.Addr().String(), Handler(nil, nil)); err == nil {
+	if _, err := Listen(busy.Addr().String(), Handler(nil, nil, false)); err == nil {
 		t.Errorf("Listen on a busy port %s succeeded", busy.Addr())
+	}
+}
+
+// The pprof endpoints are served only when profiling is asked for; the
+// rest is served either way.
+func TestPprofOnlyWithProfiling(t *testing.T) {
+	paths := []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline", "/debug/pprof/symbol", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=0.1"}
+	for _, profiling := range []bool{false, true} {
+		h := Handler(New(), nil, profiling)
+		for _, p := range paths {
+			want := http.StatusNotFound
+			if profiling {
+				want = http.StatusOK
+			}
+			if rec := get(t, h, p); rec.Code != want {
+				t.Errorf("profiling %v: %s: %d, want %d", profiling, p, rec.Code, want)
+			}
+		}
+		for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
+			if rec := get(t, h, p); rec.Code != http.StatusOK {
+				t.Errorf("profiling %v: %s: %d, want 200", profiling, p, rec.Code)
+			}
+		}
+	}
+}
+
+// A profile, trace or delta profile longer than MaxProfileDuration is
+// refused at once, saying the limit, before any sampling starts.
+func TestProfileDurationIsCapped(t *testing.T) {
+	h := Handler(nil, nil, true)
+	limit := int(MaxProfileDuration.Seconds())
+	for _, tc := range []struct {
+		path string
+		code int
+	}{
+		{fmt.Sprintf("/debug/pprof/profile?seconds=%d", limit+1), http.StatusBadRequest},
+		{"/debug/pprof/profile?seconds=3600", http.StatusBadRequest},
+		{"/debug/pprof/profile?seconds=9223372036854775807", http.StatusBadRequest},
+		{"/debug/pprof/profile?seconds=1e9", http.StatusBadRequest},
+		{"/debug/pprof/trace?seconds=60.5", http.StatusBadRequest},
+		{"/debug/pprof/trace?seconds=Inf", http.StatusBadRequest},
+		{"/debug/pprof/trace?seconds=NaN", http.StatusBadRequest},
+		{"/debug/pprof/heap?seconds=86400", http.StatusBadRequest},
+		{"/debug/pprof/allocs?seconds=120", http.StatusBadRequest},
+		// The first value is the one pprof reads.
+		{"/debug/pprof/profile?seconds=1000&seconds=1", http.StatusBadRequest},
+		// Within the limit: pprof runs them (short ones, for the test).
+		{"/debug/pprof/profile?seconds=1", http.StatusOK},
+		{"/debug/pprof/trace?seconds=0.2", http.StatusOK},
+		{"/debug/pprof/heap?seconds=1", http.StatusOK},
+	} {
+		start := time.Now()
+		rec := get(t, h, tc.path)
+		if rec.Code != tc.code {
+			t.Errorf("%s: %d %q, want %d", tc.path, rec.Code, rec.Body.String(), tc.code)
+			continue
+		}
+		if tc.code != http.StatusBadRequest {
+			continue
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: refused only after %s", tc.path, d)
+		}
+		if body := rec.Body.String(); !strings.Contains(body, fmt.Sprintf("limit of %d s", limit)) {
+			t.Errorf("%s: %q does not say the limit", tc.path, body)
+		}
+	}
+	// Also for a form in the body, which pprof reads too.
+	req := httptest.NewRequest(http.MethodPost, "/debug/pprof/profile", strings.NewReader("seconds=600"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest {
+		t.Errorf("POST seconds=600: %d, want 400", rec.Code)
+	}
+}
+
+// The server bounds every phase of a connection, and lets a profile of
+// the longest allowed duration be written (pprof refuses one that would
+// outlast the write timeout).
+func TestServerTimeouts(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", Handler(nil, nil, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	srv := s.srv
+	for name, d := range map[string]time.Duration{
+		"ReadHeaderTimeout": srv.ReadHeaderTimeout, "ReadTimeout": srv.ReadTimeout,
+		"WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout,
+	} {
+		if d <= 0 {
+			t.Errorf("%s is not set", name)
+		}
+	}
+	if srv.WriteTimeout <= MaxProfileDuration+10*time.Second {
+		t.Errorf("WriteTimeout %s leaves no room for a %s profile", srv.WriteTimeout, MaxProfileDuration)
 	}
 }

@@ -113,12 +113,13 @@ next:
 
 // TestMetricsEndpoint: netshim started with --metrics-bind-address serves
 // /healthz and /readyz, and after a pod and container lifecycle /metrics
-// has the RPC, CNI and Docker histograms with non-zero counts; the heap
-// profile at /debug/pprof/heap is one `go tool pprof` reads.
+// has the RPC, CNI and Docker histograms with non-zero counts; with
+// --enable-profiling the heap profile at /debug/pprof/heap is one
+// `go tool pprof` reads.
 func TestMetricsEndpoint(t *testing.T) {
 	requireWorkloadImage(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
-	e := newEnv(t, envOptions{extraFlags: []string{"--metrics-bind-address=" + addr}})
+	e := newEnv(t, envOptions{extraFlags: []string{"--metrics-bind-address=" + addr, "--enable-profiling"}})
 	e.start()
 	base := "http://" + addr
 

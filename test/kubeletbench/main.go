@@ -76,7 +76,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.kubeletV, "kubelet-v", 2, "kubelet's -v")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10350, "kubelet's port (127.0.0.1; /metrics is read there)")
 	fs.IntVar(&o.healthzPort, "kubelet-healthz-port", 10348, "kubelet's healthz port (127.0.0.1)")
-	fs.IntVar(&o.metricsPort, "netshim-metrics-port", 10351, "netshim's --metrics-bind-address port (127.0.0.1; pprof for --profile)")
+	fs.IntVar(&o.metricsPort, "netshim-metrics-port", 10351, "netshim's --metrics-bind-address port (127.0.0.1; with --profile also --enable-profiling, for pprof)")
 	fs.BoolVar(&o.profile, "profile", false, "take a CPU profile of netshim over each hold, and a heap profile at its end (pprof), into the artifacts dir")
 	fs.Var(&o.modes, "mode", "a netshim configuration besides \"default\" (no extra flag), as NAME='--flag1 --flag2'; repeatable")
 	fs.StringVar(&o.out, "out", "", "also write the markdown table to this file")

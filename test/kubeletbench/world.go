@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,8 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/pprof/profile"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/test/harness"
 )
 
@@ -180,6 +183,9 @@ func (w *world) startRun(ctx context.Context, r run, rw *runWorld) error {
 		}
 	}
 	args := []string{"--network-plugin", "cni", "--metrics-bind-address", strings.TrimPrefix(w.netshimURL(), "http://")}
+	if w.o.profile {
+		args = append(args, "--enable-profiling")
+	}
 	var err error
 	rw.netshim, err = harness.NewNetshim(
 		harness.WithBinary(w.o.netshim),
@@ -459,16 +465,57 @@ func (w *world) netshimURL() string {
 	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(w.o.metricsPort))
 }
 
-// profile saves a CPU profile of netshim over the hold.
+// profile saves a CPU profile of netshim over the hold. netshim samples
+// for at most metrics.MaxProfileDuration per request, so a longer hold is
+// profiled in windows one after the other, merged into one profile.
 func (w *world) profile(ctx context.Context, path string) error {
-	secs := int(w.o.hold / time.Second)
-	ctx, cancel := context.WithTimeout(ctx, w.o.hold+30*time.Second)
+	windows := int((w.o.hold + metrics.MaxProfileDuration - 1) / metrics.MaxProfileDuration)
+	ctx, cancel := context.WithTimeout(ctx, w.o.hold+time.Duration(windows)*30*time.Second)
 	defer cancel()
-	return w.fetchPprof(ctx, fmt.Sprintf("profile?seconds=%d", secs), path)
+	var parts []*profile.Profile
+	for left := w.o.hold; left >= time.Second; {
+		secs := int(min(left, metrics.MaxProfileDuration) / time.Second)
+		var buf bytes.Buffer
+		if err := w.fetchPprofTo(ctx, fmt.Sprintf("profile?seconds=%d", secs), &buf); err != nil {
+			return err
+		}
+		p, err := profile.Parse(&buf)
+		if err != nil {
+			return fmt.Errorf("parsing netshim's CPU profile: %w", err)
+		}
+		parts = append(parts, p)
+		left -= time.Duration(secs) * time.Second
+	}
+	merged, err := profile.Merge(parts)
+	if err != nil {
+		return fmt.Errorf("merging netshim's CPU profiles: %w", err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := merged.Write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // fetchPprof saves netshim's /debug/pprof/<what> to path.
 func (w *world) fetchPprof(ctx context.Context, what, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := w.fetchPprofTo(ctx, what, f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// fetchPprofTo copies netshim's /debug/pprof/<what> to dst.
+func (w *world) fetchPprofTo(ctx context.Context, what string, dst io.Writer) error {
 	url := fmt.Sprintf("%s/debug/pprof/%s", w.netshimURL(), what)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -483,15 +530,8 @@ func (w *world) fetchPprof(ctx context.Context, what, path string) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("%s: %s: %s", url, resp.Status, body)
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	_, err = io.Copy(dst, resp.Body)
+	return err
 }
 
 // sleepCtx waits d, or less if ctx ends (then its error).
