@@ -65,8 +65,10 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 		cp.CreatedAt = rec.CreatedAt
 		// A pinned netns is named on the container too, so that its
 		// teardown still has it (sandbox_netns.go).
-		if path := rec.DockerLabels[labelNetNS]; path != "" && ds.pinner != nil && ds.pinner.Owns(path) {
-			cp.NetNS = path
+		if path := rec.DockerLabels[labelNetNS]; path != "" {
+			if _, _, owned := ds.pinnerFor(path); owned {
+				cp.NetNS = path
+			}
 		}
 	}
 	switch {

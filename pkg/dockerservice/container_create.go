@@ -118,6 +118,11 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	}
 	if pauseless != nil {
 		in.cgroupParent = pauseless.Pauseless.CgroupParent
+		// Signed with the key of the directory the pod's files are in,
+		// which may be an earlier --netns-dir (pinnerFor).
+		if files := pauselessFiles(pauseless); len(files) > 0 {
+			_, in.ociKey, _ = ds.pinnerFor(files[0])
+		}
 	} else if sbc.ContainerJSONBase != nil {
 		in.resolvConfPath, in.hostsPath = sbc.ResolvConfPath, sbc.HostsPath
 		if sbc.HostConfig != nil {

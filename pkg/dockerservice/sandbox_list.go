@@ -18,6 +18,7 @@ func (ds *DockerService) ListPodSandbox(_ context.Context, r *runtimeapi.ListPod
 	if err := ds.requireSynced(); err != nil {
 		return nil, err
 	}
+	ds.refreshPauselessPinned()
 	f := r.GetFilter()
 	if f.GetId() == "" && len(f.GetLabelSelector()) == 0 {
 		// kubelet's relist and housekeeping: the same answer until the

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
@@ -123,6 +124,28 @@ func (ds *DockerService) usePinnedNetNS(ctx context.Context, hostNetwork bool, h
 	return false, withCode(codes.FailedPrecondition, fmt.Errorf("--sandbox-netns=%s needs netshim's OCI runtime wrapper registered in the Docker engine as runtime %q (daemon.json \"runtimes\": {%q: {\"path\": \"/usr/bin/netshim-oci\"}}, then SIGHUP dockerd), or run netshim with --sandbox-netns=auto", ds.cfg.SandboxNetNS, OCIWrapperRuntime, OCIWrapperRuntime))
 }
 
+// pinnerFor returns the Pinner that owns a pinned file and the key of its
+// directory: --netns-dir's, or, for a sandbox made while netshim ran with
+// another --netns-dir, that directory's, provided it holds netshim's key
+// (podns.KeyFile, which only netshim makes): such a pod's teardown
+// removes its files and its new containers get markers its directory's
+// key signed, instead of stranding the pod and leaking the mounts. A path
+// in no such directory is no file of netshim's (false).
+func (ds *DockerService) pinnerFor(path string) (*podns.Pinner, *podns.Key, bool) {
+	if ds.pinner == nil || !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return nil, nil, false
+	}
+	if ds.pinner.Owns(path) {
+		return ds.pinner, ds.ociKey, ds.ociKey != nil
+	}
+	dir := filepath.Dir(path)
+	key, err := podns.ReadKey(dir)
+	if err != nil {
+		return nil, nil, false
+	}
+	return podns.NewPinner(dir), key, true
+}
+
 // errNoOCIKey: the markers cannot be signed (service.go), so the wrapper
 // would refuse the container.
 var errNoOCIKey = withCode(codes.FailedPrecondition, errors.New("pinned sandbox namespaces need the OCI wrapper's key in --netns-dir, which netshim could not make (see its start-up log)"))
@@ -166,7 +189,10 @@ func (ds *DockerService) pinSandboxNetNS() (paths podns.Paths, done func(), err 
 // pinnedNetNS returns the sandbox's pinned netns path if it has one that
 // still exists.
 func (ds *DockerService) pinnedNetNS(cp *checkpoint.PodSandbox) (string, bool) {
-	if cp == nil || cp.NetNS == "" || ds.pinner == nil || !ds.pinner.Owns(cp.NetNS) {
+	if cp == nil || cp.NetNS == "" {
+		return "", false
+	}
+	if _, _, ok := ds.pinnerFor(cp.NetNS); !ok {
 		return "", false
 	}
 	if err := podns.Verify(cp.NetNS, podns.Net); err != nil {
@@ -184,13 +210,14 @@ func (ds *DockerService) releasePinnedNamespaces(cp *checkpoint.PodSandbox) erro
 		return nil
 	}
 	for _, f := range pauselessFiles(cp) {
-		if !ds.pinner.Owns(f) {
+		pinner, _, ok := ds.pinnerFor(f)
+		if !ok {
 			// A checkpoint naming a file elsewhere is not netshim's to
 			// remove; nothing netshim made is left there.
-			klog.InfoS("WARNING: sandbox checkpoint names a namespace outside --netns-dir; not removing it", "podSandboxID", cp.SandboxID, "path", f, "netnsDir", ds.pinner.Dir())
+			klog.InfoS("WARNING: sandbox checkpoint names a namespace outside --netns-dir and any directory holding netshim's key; not removing it", "podSandboxID", cp.SandboxID, "path", f, "netnsDir", ds.pinner.Dir())
 			continue
 		}
-		if err := ds.pinner.Remove(f); err != nil {
+		if err := pinner.Remove(f); err != nil {
 			return fmt.Errorf("pod sandbox %s: %w", cp.SandboxID, err)
 		}
 	}

@@ -763,3 +763,74 @@ func TestPauselessSandboxEvents(t *testing.T) {
 	default:
 	}
 }
+
+// TestPauselessFilesGoneIsNotReady: a pause-less sandbox whose pinned
+// files are unmounted behind netshim's back, while netshim runs, is
+// NOTREADY at the next list or status (not only after a restart), and a
+// new container of it is refused; the other sandbox stays READY.
+func TestPauselessFilesGoneIsNotReady(t *testing.T) {
+	for _, kind := range []string{"net", "ipc", "uts"} {
+		t.Run(kind, func(t *testing.T) {
+			e, _ := newPauselessEnv(t)
+			id := e.run(t, pauselessPodConfig("gone-"+kind))
+			other := e.run(t, pauselessPodConfig("kept-"+kind))
+			if s := plState(t, e.ds, id); s != runtimeapi.PodSandboxState_SANDBOX_READY {
+				t.Fatalf("sandbox %s, want READY before its file goes", s)
+			}
+			cp := e.ds.getCheckpoint(id)
+			path := map[string]string{"net": cp.NetNS, "ipc": cp.Pauseless.IPC, "uts": cp.Pauseless.UTS}[kind]
+			if err := podns.NewPinner(filepath.Dir(path)).Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if s := plState(t, e.ds, id); s != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+				t.Errorf("sandbox %s after its %s file went, want NOTREADY", s, kind)
+			}
+			if s := plState(t, e.ds, other); s != runtimeapi.PodSandboxState_SANDBOX_READY {
+				t.Errorf("the other sandbox %s, want READY", s)
+			}
+		})
+	}
+}
+
+// TestPauselessSurvivesANewNetnsDir: netshim restarted with another
+// --netns-dir still serves the pods made in the old one (whose directory
+// holds its key): they stay READY, a new container's marker is signed
+// with the old directory's key (the one the wrapper will check), and
+// Stop and Remove remove the old files: nothing strands, nothing leaks.
+func TestPauselessSurvivesANewNetnsDir(t *testing.T) {
+	e, oldDir := newPauselessEnv(t)
+	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	cfg := pauselessPodConfig("moved")
+	id := e.run(t, cfg)
+	newDir := filepath.Join(t.TempDir(), "netns2")
+	ds, _ := e.restartWith(t, func(c *Config) { c.SandboxNetNS, c.NetNSDir = SandboxNetNSPauseless, newDir })
+	if s := plState(t, ds, id); s != runtimeapi.PodSandboxState_SANDBOX_READY {
+		t.Fatalf("sandbox %s after the restart with a new --netns-dir, want READY", s)
+	}
+	oldKey, err := podns.ReadKey(oldDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ds.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: id, Config: ctrConfig("app"), SandboxConfig: cfg})
+	if err != nil {
+		t.Fatalf("CreateContainer in a pod of the old --netns-dir: %v", err)
+	}
+	c, err := e.docker.ContainerInspect(context.Background(), resp.ContainerId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := ds.getCheckpoint(id)
+	want := (podns.Paths{podns.Net: cp.NetNS, podns.IPC: cp.Pauseless.IPC, podns.UTS: cp.Pauseless.UTS}).Env(oldKey)
+	if !slices.Contains(c.Config.Env, want) {
+		t.Errorf("env %q lacks the marker signed with the old directory's key %q", c.Config.Env, want)
+	}
+	if _, err := ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if left := listDir(t, oldDir); len(left) != 0 {
+		t.Errorf("old netns dir holds %q after the pod was removed", left)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
@@ -12,7 +13,8 @@ import (
 )
 
 // PodSandboxStatus reports a sandbox from the state index and its
-// in-memory checkpoint: no Docker call, no file read, no netns entered. A
+// in-memory checkpoint: no Docker call, no file read, no netns entered (a
+// pause-less sandbox's pinned files are statfs'd: pauselessPinned). A
 // sandbox whose container is gone but whose checkpoint remains is reported
 // NOTREADY, so that kubelet and crictl can still stop and remove it.
 func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
@@ -82,7 +84,30 @@ func (ds *DockerService) sandboxReady(id string) bool {
 	ds.mu.Lock()
 	cp := ds.sandboxes[id]
 	ds.mu.Unlock()
-	return cp != nil && cp.NetworkReady() && !cp.TeardownStarted && !cp.NetworkTornDown
+	return cp != nil && cp.NetworkReady() && !cp.TeardownStarted && !cp.NetworkTornDown && pauselessPinned(cp)
+}
+
+// pauselessPinned says whether a pause-less sandbox's pinned namespaces
+// are still there (true for other sandboxes): a file unmounted or removed
+// behind netshim's back (umount, a cleanup script, a reboot of a netshim
+// whose --netns-dir outlives it) leaves no namespace for new containers
+// and, for the netns, none for its IP, so the sandbox is not ready; judged
+// at each state read (one statfs per file: kubelet lists every second).
+func pauselessPinned(cp *checkpoint.PodSandbox) bool {
+	pl := cp.Pauseless
+	if pl == nil {
+		return true
+	}
+	for _, f := range []string{cp.NetNS, pl.IPC, pl.UTS} {
+		if f == "" {
+			continue
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(f, &st); err != nil || st.Type != unix.NSFS_MAGIC {
+			return false
+		}
+	}
+	return true
 }
 
 // podIPs are the IPs a sandbox holds: none for host-network pods or once
@@ -128,4 +153,37 @@ func (ds *DockerService) checkSandboxNetwork(ctx context.Context, ref sandboxRef
 		return nil
 	}
 	return ds.network.CheckPod(ctx, podRef(ref.cp))
+}
+
+// refreshPauselessPinned looks at every running pause-less sandbox's
+// pinned files and bumps the local state when one's changed since the
+// last look, so that ListPodSandbox's cached answer (wire_cache.go),
+// which the files are no part of, is built again.
+func (ds *DockerService) refreshPauselessPinned() {
+	ds.mu.Lock()
+	var cps []*checkpoint.PodSandbox
+	for _, cp := range ds.sandboxes {
+		if cp.Pauseless != nil && !cp.Pauseless.Stopped {
+			cps = append(cps, cp)
+		}
+	}
+	ds.mu.Unlock()
+	gone := map[string]bool{}
+	for _, cp := range cps {
+		if !pauselessPinned(cp) {
+			gone[cp.SandboxID] = true
+		}
+	}
+	ds.mu.Lock()
+	changed := len(gone) != len(ds.unpinned)
+	for id := range gone {
+		changed = changed || !ds.unpinned[id]
+	}
+	if changed {
+		ds.unpinned = gone
+	}
+	ds.mu.Unlock()
+	if changed {
+		ds.bumpLocalState()
+	}
 }

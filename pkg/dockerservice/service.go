@@ -100,8 +100,11 @@ type DockerService struct {
 	// ociKey signs the markers naming pinned namespaces (podns.KeyFile in
 	// --netns-dir), which the OCI wrapper applies only with its MAC: an
 	// image's ENV cannot name a namespace. nil without a --netns-dir.
-	ociKey  *podns.Key
-	pinMu   sync.Mutex
+	ociKey *podns.Key
+	// unpinned are the pause-less sandboxes last seen without their
+	// pinned files (sandbox_status.go, refreshPauselessPinned); under mu.
+	unpinned map[string]bool
+	pinMu    sync.Mutex
 	pinning map[string]bool
 
 	// lifecycle serialises RunPodSandbox (from the moment its container
@@ -167,6 +170,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		creating:         map[string]bool{},
 		imagePresent:     map[string]bool{},
 		pinning:          map[string]bool{},
+		unpinned:         map[string]bool{},
 		containers:       newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
 	}
 	ds.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
