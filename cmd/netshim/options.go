@@ -23,33 +23,34 @@ import (
 // options are the daemon's flags, named as kubelet and cri-dockerd name
 // them so operators can carry their settings over.
 type options struct {
-	listen              string
-	dockerEndpoint      string
-	rootDir             string
-	networkPlugin       string
-	cniBinDir           string
-	cniConfDir          string
-	cniCacheDir         string
-	cniTimeout          time.Duration
-	cniGCPeriod         time.Duration
-	podInfraImage       string
-	mtu                 int
-	hairpinMode         string
-	podCIDR             string
-	nonMasqueradeCIDR   string
-	kubenetBridge       string
-	kubenetIPAMDir      string
-	restrictOOMScoreAdj string
-	stopTimeout         time.Duration
-	shutdownTimeout     time.Duration
-	streamingAddress    string
-	layerInterval       time.Duration
-	metricsBindAddress  string
-	enableProfiling     bool
-	adoptCRIDockerd     bool
-	criDockerdRootDir   string
-	sandboxNetNS        string
-	netnsDir            string
+	listen               string
+	dockerEndpoint       string
+	rootDir              string
+	networkPlugin        string
+	cniBinDir            string
+	cniConfDir           string
+	cniCacheDir          string
+	cniTimeout           time.Duration
+	cniGCPeriod          time.Duration
+	podInfraImage        string
+	mtu                  int
+	hairpinMode          string
+	podCIDR              string
+	nonMasqueradeCIDR    string
+	kubenetBridge        string
+	kubenetIPAMDir       string
+	restrictOOMScoreAdj  string
+	stopTimeout          time.Duration
+	pullProgressDeadline time.Duration
+	shutdownTimeout      time.Duration
+	streamingAddress     string
+	layerInterval        time.Duration
+	metricsBindAddress   string
+	enableProfiling      bool
+	adoptCRIDockerd      bool
+	criDockerdRootDir    string
+	sandboxNetNS         string
+	netnsDir             string
 	// testWedgeIndex: SIGUSR2 wedges the index loop (make e2e-vm's
 	// watchdog check); hidden, never for a node.
 	testWedgeIndex bool
@@ -57,27 +58,28 @@ type options struct {
 
 func defaultOptions() *options {
 	return &options{
-		listen:              "unix:///run/netshim/netshim.sock",
-		dockerEndpoint:      "unix:///var/run/docker.sock",
-		rootDir:             "/var/lib/netshim",
-		networkPlugin:       "cni",
-		cniBinDir:           "/opt/cni/bin,/usr/lib/cni",
-		cniConfDir:          "/etc/cni/net.d",
-		cniCacheDir:         "/var/lib/cni/cache",
-		cniTimeout:          cni.DefaultTimeout,
-		cniGCPeriod:         5 * time.Minute,
-		podInfraImage:       "registry.k8s.io/pause:3.10",
-		hairpinMode:         string(network.DefaultHairpinMode),
-		nonMasqueradeCIDR:   kubenet.DefaultNonMasqueradeCIDR,
-		kubenetBridge:       kubenet.DefaultBridge,
-		restrictOOMScoreAdj: "auto",
-		stopTimeout:         10 * time.Second,
-		shutdownTimeout:     10 * time.Second,
-		streamingAddress:    streaming.DefaultAddr,
-		layerInterval:       layerusage.DefaultInterval,
-		criDockerdRootDir:   "/var/lib/cri-dockerd",
-		sandboxNetNS:        dockerservice.SandboxNetNSAuto,
-		netnsDir:            "/run/netshim/netns",
+		listen:               "unix:///run/netshim/netshim.sock",
+		dockerEndpoint:       "unix:///var/run/docker.sock",
+		rootDir:              "/var/lib/netshim",
+		networkPlugin:        "cni",
+		cniBinDir:            "/opt/cni/bin,/usr/lib/cni",
+		cniConfDir:           "/etc/cni/net.d",
+		cniCacheDir:          "/var/lib/cni/cache",
+		cniTimeout:           cni.DefaultTimeout,
+		cniGCPeriod:          5 * time.Minute,
+		podInfraImage:        "registry.k8s.io/pause:3.10",
+		hairpinMode:          string(network.DefaultHairpinMode),
+		nonMasqueradeCIDR:    kubenet.DefaultNonMasqueradeCIDR,
+		kubenetBridge:        kubenet.DefaultBridge,
+		restrictOOMScoreAdj:  "auto",
+		stopTimeout:          10 * time.Second,
+		pullProgressDeadline: dockerservice.DefaultImagePullProgressDeadline,
+		shutdownTimeout:      10 * time.Second,
+		streamingAddress:     streaming.DefaultAddr,
+		layerInterval:        layerusage.DefaultInterval,
+		criDockerdRootDir:    "/var/lib/cri-dockerd",
+		sandboxNetNS:         dockerservice.SandboxNetNSAuto,
+		netnsDir:             "/run/netshim/netns",
 	}
 }
 
@@ -105,6 +107,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	_ = fs.MarkHidden("test-wedge-index-on-sigusr2")
 	fs.StringVar(&o.restrictOOMScoreAdj, "restrict-oom-score-adj", o.restrictOOMScoreAdj, "Clamp negative oom_score_adj values (kubelet asks -998 for sandboxes) to netshim's own: \"auto\" when netshim lacks CAP_SYS_RESOURCE (runc would fail the start), \"true\" always, \"false\" never.")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", o.stopTimeout, "Grace period given to a sandbox's containers when the sandbox is stopped.")
+	fs.DurationVar(&o.pullProgressDeadline, "image-pull-progress-deadline", o.pullProgressDeadline, "Cancel an image pull that reports no progress for this long (cri-dockerd's flag and default): a stalled registry or connection fails the pull, naming the image, instead of holding it until kubelet's deadline. A pull that moves is never cut.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "On SIGTERM/SIGINT, how long in-flight RPCs may run before the server stops hard.")
 	fs.StringVar(&o.streamingAddress, "streaming-address", o.streamingAddress, "host:port of the HTTP server for exec, attach and port-forward sessions (the URLs the CRI Exec/Attach/PortForward RPCs return). Port 0 picks a free port. It has no authentication besides single-use tokens: keep it on loopback, where kubelet reaches it.")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", o.metricsBindAddress, "[host]:port of the HTTP endpoint serving Prometheus metrics (/metrics), /healthz, /readyz, and /debug/pprof/ with --enable-profiling. Empty (the default) turns it off. Without a host (\":9090\") it binds 127.0.0.1: it has no authentication, so give a host (e.g. 0.0.0.0:9090) only on a trusted network; netshim logs a warning when it listens elsewhere than on loopback.")
@@ -141,6 +144,9 @@ func (o *options) validate() error {
 	}
 	if n := len(o.kubenetBridge); n == 0 || n > 15 || strings.ContainsAny(o.kubenetBridge, " /:") {
 		return fmt.Errorf("--kubenet-bridge %q: want an interface name of 1 to 15 characters", o.kubenetBridge)
+	}
+	if o.pullProgressDeadline <= 0 {
+		return fmt.Errorf("--image-pull-progress-deadline %s: must be positive", o.pullProgressDeadline)
 	}
 	if o.cniTimeout <= 0 {
 		return fmt.Errorf("--cni-timeout %s: must be positive", o.cniTimeout)

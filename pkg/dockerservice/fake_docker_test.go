@@ -59,6 +59,9 @@ type fakeDocker struct {
 	startErr error
 	// stopErr makes ContainerStop fail (the container keeps running).
 	stopErr error
+	// pullStream, if set, is the progress stream of every pull (the
+	// image counts as pulled).
+	pullStream func(ctx context.Context) io.ReadCloser
 	// layersSize is what DiskUsage reports for images.
 	layersSize int64
 	// removeErr makes ContainerRemove fail (the container stays).
@@ -180,6 +183,10 @@ func (f *fakeDocker) ImagePull(ctx context.Context, ref string, opts image.PullO
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pullOpts = append(f.pullOpts, opts)
+	if f.pullStream != nil {
+		f.images[ref] = map[string]string{}
+		return f.pullStream(ctx), nil
+	}
 	if msg, ok := f.pullErrs[ref]; ok {
 		return io.NopCloser(strings.NewReader(`{"status":"Pulling"}` + "\n" + `{"errorDetail":{"message":"` + msg + `"},"error":"` + msg + `"}` + "\n")), nil
 	}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
+	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
 )
 
@@ -69,15 +71,43 @@ func (ds *DockerService) forgetImageRefs(gone map[string]bool) {
 	}
 }
 
-// pullImage pulls ref (a normalised name) with the given X-Registry-Auth
-// value ("" for anonymous) and waits for the pull to finish. Docker reports
-// pull failures inside the progress stream, not as the call's error, so the
-// stream is read to the end and checked. A cancelled or timed-out ctx is
-// reported as such (the interceptor maps it to Canceled/DeadlineExceeded).
+// DefaultImagePullProgressDeadline is how long a pull may go without a
+// progress message before it is cancelled: cri-dockerd's (and dockershim's)
+// default for the same flag. A registry or a connection that stalls would
+// otherwise hold the pull, and kubelet's image puller with it, until
+// kubelet's own deadline.
+const DefaultImagePullProgressDeadline = time.Minute
+
+// errPullStalled is the cause of a pull's cancellation for lack of
+// progress.
+var errPullStalled = errors.New("no progress")
+
+// pullImage pulls ref, reading Docker's progress stream to its end: the
+// pull is done when the stream ends without an error message. A stream
+// that sends nothing for the progress deadline is cancelled; each message
+// (any layer's status or progress) starts the deadline again, so a slow
+// pull that moves is never cut.
 func (ds *DockerService) pullImage(ctx context.Context, ref, registryAuth string) error {
 	klog.FromContext(ctx).Info("Pulling image", "image", ref, "withCredentials", registryAuth != "")
-	rc, err := ds.client.ImagePull(ctx, ref, image.PullOptions{RegistryAuth: registryAuth})
+	deadline := ds.cfg.ImagePullProgressDeadline
+	if deadline <= 0 {
+		deadline = DefaultImagePullProgressDeadline
+	}
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stall := time.AfterFunc(deadline, func() { cancel(errPullStalled) })
+	defer stall.Stop()
+	stalled := func() error {
+		if errors.Is(context.Cause(pctx), errPullStalled) {
+			return withCode(codes.DeadlineExceeded, fmt.Errorf("pulling %s: cancelled after no progress for %s (--image-pull-progress-deadline)", ref, deadline))
+		}
+		return nil
+	}
+	rc, err := ds.client.ImagePull(pctx, ref, image.PullOptions{RegistryAuth: registryAuth})
 	if err != nil {
+		if serr := stalled(); serr != nil {
+			return serr
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("pulling %s: %w", ref, ctx.Err())
 		}
@@ -93,6 +123,9 @@ func (ds *DockerService) pullImage(ctx context.Context, ref, registryAuth string
 			} `json:"errorDetail"`
 		}
 		if err := dec.Decode(&msg); err != nil {
+			if serr := stalled(); serr != nil {
+				return serr
+			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("pulling %s: %w", ref, ctx.Err())
 			}
@@ -101,6 +134,9 @@ func (ds *DockerService) pullImage(ctx context.Context, ref, registryAuth string
 			}
 			return fmt.Errorf("reading pull progress of %s: %w", ref, err)
 		}
+		// Progress: the deadline starts again. (A Reset that comes after
+		// the timer fired changes nothing: the pull is cancelled.)
+		stall.Reset(deadline)
 		if msg.Error != "" || msg.ErrorDetail.Message != "" {
 			text := msg.ErrorDetail.Message
 			if text == "" {

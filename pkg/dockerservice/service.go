@@ -42,6 +42,10 @@ type Config struct {
 	Network network.PluginConfig
 	// StopTimeout bounds how long a sandbox's containers get to exit.
 	StopTimeout time.Duration
+	// ImagePullProgressDeadline cancels a pull that reports no progress
+	// for this long (--image-pull-progress-deadline; 0: the default,
+	// DefaultImagePullProgressDeadline).
+	ImagePullProgressDeadline time.Duration
 	// RootDir is netshim's state directory (--root-dir): no container log
 	// file may be inside it.
 	RootDir string
