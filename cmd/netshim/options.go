@@ -91,7 +91,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.cniBinDir, "cni-bin-dir", o.cniBinDir, "Comma-separated list of directories searched, in order, for CNI plugin binaries.")
 	fs.StringVar(&o.cniConfDir, "cni-conf-dir", o.cniConfDir, "Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is the default network. Watched (fsnotify), so a config added, changed or removed later takes effect within a fraction of a second, without a restart.")
 	fs.StringVar(&o.cniCacheDir, "cni-cache-dir", o.cniCacheDir, "Directory where libcni caches each attachment's config and result; teardown uses it to release exactly what setup took.")
-	fs.DurationVar(&o.cniTimeout, "cni-timeout", o.cniTimeout, "Deadline of every CNI plugin call (ADD, DEL, CHECK, GC, STATUS), on top of kubelet's own cancellation of the RPC: a plugin that blocks (e.g. on an unreachable datastore) fails the call instead of holding the pod.")
+	fs.DurationVar(&o.cniTimeout, "cni-timeout", o.cniTimeout, "Deadline of every CNI plugin call (ADD, DEL, CHECK, GC, STATUS), on top of kubelet's own cancellation of the RPC: a plugin that blocks (e.g. on an unreachable datastore) fails the call instead of holding the pod. The plugins' GC has a 1m deadline of its own besides, and a pod's ADD never waits for it: it cancels a GC in progress, which runs again later.")
 	fs.DurationVar(&o.cniGCPeriod, "cni-gc-period", o.cniGCPeriod, "How often CNI GC frees what plugins hold for sandboxes that no longer exist (it also runs at start-up); 0 disables it.")
 	_ = fs.MarkHidden("cni-gc-period")
 	fs.StringVar(&o.podInfraImage, "pod-infra-container-image", o.podInfraImage, "Image of the pod infra (\"pause\") container that holds each pod's namespaces. Pulled only if missing.")

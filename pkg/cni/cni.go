@@ -63,8 +63,9 @@ const (
 	// it to DROP, after netshim).
 	firewallRecheckPeriod = time.Minute
 
-	// DefaultTimeout bounds every CNI call (ADD, DEL, CHECK, GC, STATUS),
-	// also when the caller's context has a later deadline or none: a
+	// DefaultTimeout bounds every CNI call (ADD, DEL, CHECK, GC, STATUS;
+	// the plugins' GC also has a shorter one, defaultGCTimeout), also
+	// when the caller's context has a later deadline or none: a
 	// plugin waiting for an unreachable datastore must not hold a pod, a
 	// retry or the GC forever. It is generous on purpose: longer than
 	// kubelet's default 2m runtime-request-timeout, so for RPCs kubelet's
@@ -72,6 +73,16 @@ const (
 	// legitimate plugins (DHCP IPAM waiting for a lease, a busy IPAM
 	// datastore).
 	DefaultTimeout = 3 * time.Minute
+
+	// defaultGCTimeout bounds the plugins' CNI GC call of a GC pass. Their
+	// GC is a scan of their own state (IPAM files, iptables chains), a
+	// second or so, a few with thousands of rules and the xtables lock
+	// contended by the pod starts after a boot: a minute is a wide margin
+	// over that. It does not protect the pod starts (an ADD preempts GC,
+	// gcgate.go); it keeps a hung plugin from lingering for
+	// --cni-timeout's three minutes, which are sized for an ADD waiting
+	// for a DHCP lease, and gets the pass retried soon (gcLoop).
+	defaultGCTimeout = time.Minute
 )
 
 // confExtensions are the file name extensions of network configurations,
@@ -104,7 +115,8 @@ type Options struct {
 	// Debounce is the quiet time after a conf dir event before the
 	// re-read; 0 means 100ms.
 	Debounce time.Duration
-	// Timeout bounds every CNI call; 0 means DefaultTimeout.
+	// Timeout bounds every CNI call; 0 means DefaultTimeout. The plugins'
+	// GC call has a shorter deadline of its own (defaultGCTimeout).
 	Timeout time.Duration
 	// StatusPeriod is how often CNI STATUS is refreshed; 0 means 15s.
 	StatusPeriod time.Duration
@@ -121,6 +133,9 @@ type Options struct {
 	// forgetNeighbors deletes the host's neighbour entries of a new pod's
 	// IPs (neigh_linux.go); nil means the real one. Tests inject a fake.
 	forgetNeighbors func(ips []net.IP) error
+	// gcTimeout bounds the plugins' GC call; 0 means defaultGCTimeout.
+	// Tests shorten it.
+	gcTimeout time.Duration
 }
 
 // Plugin is the CNI network plugin. Create it with NewPlugin.
@@ -142,10 +157,10 @@ type Plugin struct {
 	stopOnce sync.Once
 	stopCh   chan struct{}
 	loops    sync.WaitGroup // the goroutines Init started
-	// gcMu keeps GC from running while an ADD is in flight: an address
-	// allocated after GC listed the live sandboxes would look stale.
-	// ADDs share it; GC takes it alone.
-	gcMu sync.RWMutex
+	// gate keeps GC from running while an ADD is in flight (an address
+	// allocated after GC listed the live sandboxes would look stale), and
+	// lets an ADD that arrives during GC preempt it.
+	gate gcGate
 	// reloads counts conf dir reads, for tests.
 	reloads atomic.Int64
 
@@ -199,6 +214,9 @@ func NewPlugin(opts Options) *Plugin {
 	}
 	if opts.GCPeriod == 0 {
 		opts.GCPeriod = defaultGCPeriod
+	}
+	if opts.gcTimeout <= 0 {
+		opts.gcTimeout = defaultGCTimeout
 	}
 	if opts.forgetNeighbors == nil {
 		opts.forgetNeighbors = forgetNeighbors

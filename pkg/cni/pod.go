@@ -67,8 +67,13 @@ func (p *Plugin) SetUpPod(ctx context.Context, pod network.PodRef, annotations m
 
 	// GC must not run between an ADD's allocation and the moment the
 	// runtime lists the sandbox (its checkpoint exists before SetUpPod).
-	p.gcMu.RLock()
-	defer p.gcMu.RUnlock()
+	// A GC under way is preempted rather than waited for: its plugins may
+	// be slow or hung, and kubelet's deadline for the pod is running.
+	release, err := p.gate.enterAdd(ctx)
+	if err != nil {
+		return fmt.Errorf("setting up pod %s: %w", klog.KRef(pod.Namespace, pod.Name), err)
+	}
+	defer release()
 
 	// Recorded before the first plugin runs: an ADD that fails halfway
 	// (or a crash during it) leaves no libcni cache entry, and this record

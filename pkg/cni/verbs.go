@@ -84,6 +84,11 @@ func (p *Plugin) gcLoop(ctx context.Context) {
 		return
 	}
 	delay := time.Duration(0)
+	// timeouts counts the passes in a row whose plugins' GC ran out of
+	// time: one is retried soon (a plugin slowed down by the pod starts
+	// after a boot), more wait for the next period, so that a plugin that
+	// always hangs is not run back to back.
+	timeouts := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -91,6 +96,9 @@ func (p *Plugin) gcLoop(ctx context.Context) {
 		case <-time.After(delay):
 		}
 		err := p.GC(ctx)
+		if !errors.Is(err, errGCTimeout) {
+			timeouts = 0
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -100,6 +108,18 @@ func (p *Plugin) gcLoop(ctx context.Context) {
 		case errors.Is(err, errNoLedger):
 			klog.InfoS("CNI GC disabled", "reason", err)
 			return
+		case errors.Is(err, errGCPreempted):
+			// Checked before errHostNotReady: a preempted listing of the
+			// sandboxes is not a host that is not ready.
+			klog.V(2).InfoS("CNI GC gave way to a pod's network setup; retrying soon", "retryIn", gcRetryPeriod, "err", err)
+			delay = gcRetryPeriod
+		case errors.Is(err, errGCTimeout):
+			timeouts++
+			delay = gcRetryPeriod
+			if timeouts > 1 {
+				delay = p.opts.GCPeriod
+			}
+			klog.ErrorS(err, "CNI GC: the plugins' GC was killed at its deadline", "deadline", p.opts.gcTimeout, "retryIn", delay)
 		case errors.Is(err, errHostNotReady):
 			klog.V(4).InfoS("CNI GC postponed: the runtime does not know its sandboxes yet", "err", err)
 			delay = gcRetryPeriod
@@ -115,28 +135,10 @@ func (p *Plugin) gcLoop(ctx context.Context) {
 var (
 	errNoLister     = errors.New("the network host cannot list sandboxes")
 	errHostNotReady = errors.New("the runtime cannot list its sandboxes yet")
-	errGCBusy       = errors.New("network setups kept running; GC postponed")
+	// errGCTimeout is the cause of the end of a plugins' GC call that ran
+	// past Options.gcTimeout.
+	errGCTimeout = errors.New("the plugins' CNI GC ran out of time")
 )
-
-// gcLockWait bounds how long GC waits for the ADDs in flight to finish.
-// It never blocks new ADDs while it waits (it only tries the lock): a
-// hung ADD postpones GC, never the other pods.
-const gcLockWait = 30 * time.Second
-
-func (p *Plugin) lockForGC(ctx context.Context) error {
-	deadline := time.Now().Add(gcLockWait)
-	for !p.gcMu.TryLock() {
-		if time.Now().After(deadline) {
-			return errGCBusy
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
-}
 
 // liveSandboxes asks the host for the sandboxes that exist.
 func (p *Plugin) liveSandboxes(ctx context.Context) (map[string]bool, error) {
@@ -179,7 +181,12 @@ func (p *Plugin) liveSandboxes(ctx context.Context) (map[string]bool, error) {
 //     step 1: other runtimes' attachments (so that a plugin never frees
 //     their addresses), and netshim's whose DEL failed (to be retried at
 //     the next pass with their own config). Everything else the plugins
-//     hold for the network is a leak that no one's cache knows of.
+//     hold for the network is a leak that no one's cache knows of; the
+//     call has a deadline of its own, Options.gcTimeout (errGCTimeout).
+//
+// The reads of the snapshot, and step 2, run with no netshim ADD in
+// flight (gcGate): an ADD that arrives meanwhile preempts the pass, which
+// then fails with errGCPreempted, and the GC loop retries it soon.
 //
 // One hazard remains with a network shared with another runtime: an ADD
 // of that runtime in flight during step 2 is not cached yet, and a plugin
@@ -196,17 +203,19 @@ func (p *Plugin) GC(ctx context.Context) error {
 	// The cache, the ledger and the live set are read together, with no
 	// ADD in flight: an attachment made after the list was taken would
 	// look stale.
-	if err := p.lockForGC(ctx); err != nil {
+	gcCtx, leave, err := p.gate.enterGC(ctx)
+	if err != nil {
 		return err
 	}
-	live, err := p.liveSandboxes(ctx)
+	live, err := p.liveSandboxes(gcCtx)
 	if err != nil {
-		p.gcMu.Unlock()
+		err = gcStopped(gcCtx, err)
+		leave()
 		return err
 	}
 	cached, cerr := p.cni.GetCachedAttachments("")
 	owned, lerr := p.ledger.all()
-	p.gcMu.Unlock()
+	leave()
 	if cerr != nil {
 		return fmt.Errorf("reading libcni's cache: %w", cerr)
 	}
@@ -385,18 +394,20 @@ func (p *Plugin) delRecorded(ctx context.Context, id string, e ledgerEntry) erro
 	return nil
 }
 
-// gcNetwork calls the plugins' CNI GC on list (see GC, step 2). It holds
-// gcMu so that no ADD of netshim runs meanwhile, and reads the live set,
-// the cache and the ledger again under it: what step 1 deleted is gone
-// from both, what it failed to delete is still there and so stays valid.
+// gcNetwork calls the plugins' CNI GC on list (see GC, step 2). It does
+// so in a critical section of the gate, so that no ADD of netshim runs
+// meanwhile (an ADD that arrives preempts it), and reads the live set, the
+// cache and the ledger again in it: what step 1 deleted is gone from both,
+// what it failed to delete is still there and so stays valid.
 func (p *Plugin) gcNetwork(ctx context.Context, list *libcni.NetworkConfigList) error {
-	if err := p.lockForGC(ctx); err != nil {
-		return err
-	}
-	defer p.gcMu.Unlock()
-	live, err := p.liveSandboxes(ctx)
+	gcCtx, leave, err := p.gate.enterGC(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("CNI GC of network %q: %w", list.Name, err)
+	}
+	defer leave()
+	live, err := p.liveSandboxes(gcCtx)
+	if err != nil {
+		return gcStopped(gcCtx, err)
 	}
 	cached, err := p.cni.GetCachedAttachments("")
 	if err != nil {
@@ -409,8 +420,15 @@ func (p *Plugin) gcNetwork(ctx context.Context, list *libcni.NetworkConfigList) 
 		return fmt.Errorf("CNI GC of network %q skipped: %w", list.Name, err)
 	}
 	valid := validAttachments(live, cached, owned)
-	if err := p.gcCNI.GCNetworkList(ctx, list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
-		return fmt.Errorf("CNI GC of network %q: %w", list.Name, err)
+	// A deadline of its own, not --cni-timeout's (sized for an ADD waiting
+	// for a DHCP lease): see defaultGCTimeout.
+	callCtx, cancel := context.WithTimeoutCause(gcCtx, p.opts.gcTimeout, errGCTimeout)
+	defer cancel()
+	if err := p.gcCNI.GCNetworkList(callCtx, list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+		if errors.Is(context.Cause(callCtx), errGCTimeout) {
+			return fmt.Errorf("CNI GC of network %q: %w after %s: %w", list.Name, errGCTimeout, p.opts.gcTimeout, err)
+		}
+		return fmt.Errorf("CNI GC of network %q: %w", list.Name, gcStopped(gcCtx, err))
 	}
 	return nil
 }

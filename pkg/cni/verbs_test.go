@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,6 +106,17 @@ func setUp(t *testing.T, env *testEnv, pods ...network.PodRef) {
 		if err := env.plugin.SetUpPod(context.Background(), pod, nil, network.SetUpOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// setUpWithin runs SetUpPod with a deadline of d, and fails the test on
+// error: a setup parked by GC fails the test instead of hanging it.
+func setUpWithin(t *testing.T, env *testEnv, pod network.PodRef, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := env.plugin.SetUpPod(ctx, pod, nil, network.SetUpOptions{}); err != nil {
+		t.Fatalf("SetUpPod of %s: %v", pod.Name, err)
 	}
 }
 
@@ -378,6 +390,147 @@ func TestGCWaitsForADDsInFlight(t *testing.T) {
 	}
 	if n := len(env.exec.callsOf("DEL")); n != 0 {
 		t.Errorf("GC deleted the pod whose ADD it waited for: %d DELs", n)
+	}
+}
+
+// hangGC makes the bridge's CNI GC block until its context ends, like a
+// plugin waiting for a lock, the first time only when once is set; each
+// call of it is announced on started first, when there is room.
+func hangGC(started chan<- struct{}, once bool) func(ctx context.Context, c execCall) error {
+	var calls atomic.Int32
+	return func(ctx context.Context, c execCall) error {
+		if c.Command != "GC" || c.Plugin != "bridge" {
+			return nil
+		}
+		n := calls.Add(1)
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		if once && n > 1 {
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+}
+
+// TestSetUpPodPreemptsGC: a pod's setup that arrives while the plugins'
+// GC hangs does not wait for it: the GC is cancelled, and the ADD runs at
+// once with the caller's deadline, not what is left of it.
+func TestSetUpPodPreemptsGC(t *testing.T) {
+	// Neither deadline ends the GC within the test: only the preemption can.
+	env := newVerbsEnv(t, testConfList11, func(o *Options) { o.Timeout = time.Hour; o.gcTimeout = time.Hour })
+	env.host.setLive(nil, podA.SandboxID)
+	gcStarted := make(chan struct{}, 1)
+	hang := hangGC(gcStarted, false)
+	type addCall struct {
+		err  error
+		left time.Duration
+	}
+	adds := make(chan addCall, 1)
+	env.exec.setHook(func(ctx context.Context, c execCall) error {
+		if c.Command == "ADD" && c.Plugin == "bridge" {
+			dl, _ := ctx.Deadline()
+			adds <- addCall{ctx.Err(), time.Until(dl)}
+		}
+		return hang(ctx, c)
+	})
+	gcCtx, stopGC := context.WithCancel(context.Background())
+	defer stopGC()
+	gcDone := make(chan error, 1)
+	go func() { gcDone <- env.plugin.GC(gcCtx) }()
+	within(t, gateBound, "the plugins' GC starting", gcStarted)
+
+	// kubelet's deadline for RunPodSandbox.
+	const rpcDeadline = 2 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), rpcDeadline)
+	defer cancel()
+	start := time.Now()
+	setUpDone := make(chan error, 1)
+	go func() { setUpDone <- env.plugin.SetUpPod(ctx, podA, nil, network.SetUpOptions{}) }()
+	select {
+	case err := <-setUpDone:
+		if err != nil {
+			t.Fatalf("SetUpPod during GC = %v", err)
+		}
+	case <-time.After(gateBound):
+		stopGC() // lets the parked SetUpPod go before the test ends
+		t.Fatalf("SetUpPod still waited for the hung GC after %s", gateBound)
+	}
+	add := within(t, gateBound, "the bridge's ADD", adds)
+	if add.err != nil || add.left < rpcDeadline-time.Since(start)-time.Second {
+		t.Errorf("the ADD ran with context error %v and %s left of the %s deadline", add.err, add.left, rpcDeadline)
+	}
+	err := within(t, gateBound, "the preempted GC returning", gcDone)
+	if !errors.Is(err, errGCPreempted) || errors.Is(err, errGCTimeout) {
+		t.Errorf("preempted GC = %v, want errGCPreempted", err)
+	}
+	if n := len(env.exec.callsOf("DEL")); n != 0 {
+		t.Errorf("GC ran %d DELs", n)
+	}
+
+	// The next pass, with the plugins' GC answering, sees the new pod.
+	env.exec.setHook(nil)
+	env.exec.Reset()
+	if err := env.plugin.GC(context.Background()); err != nil {
+		t.Fatalf("GC after the setup = %v", err)
+	}
+	gcs := env.exec.callsOf("GC")
+	if len(gcs) == 0 {
+		t.Fatal("no plugin GC after the setup")
+	}
+	checkJSON(t, "valid attachments", gcs[0].Conf["cni.dev/valid-attachments"],
+		`[{"containerID":"`+podA.SandboxID+`","ifname":"eth0"},{"containerID":"`+podA.SandboxID+`","ifname":"lo"}]`)
+}
+
+// TestGCDeadlineEndsAHungPluginGC: the plugins' GC has a deadline of its
+// own, far shorter than --cni-timeout.
+func TestGCDeadlineEndsAHungPluginGC(t *testing.T) {
+	env := newVerbsEnv(t, testConfList11, func(o *Options) { o.Timeout = time.Hour; o.gcTimeout = 100 * time.Millisecond })
+	env.host.setLive(nil)
+	env.exec.setHook(hangGC(nil, false))
+	start := time.Now()
+	gcDone := make(chan error, 1)
+	go func() { gcDone <- env.plugin.GC(context.Background()) }()
+	err := within(t, gateBound, "GC returning with a hung plugin", gcDone)
+	if !errors.Is(err, errGCTimeout) || errors.Is(err, errGCPreempted) {
+		t.Fatalf("GC with a hung plugin = %v, want errGCTimeout", err)
+	}
+	for _, s := range []string{`network "testnet"`, "100ms", "deadline exceeded"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("GC error %q lacks %q", err, s)
+		}
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("GC returned after %s, before its 100ms deadline", d)
+	}
+	// The gate is free again.
+	setUpWithin(t, env, podA, gateBound)
+}
+
+// TestGCLoopRetriesSoon: a pass that was preempted, or whose plugins'
+// GC ran out of time, is retried soon, not a GCPeriod later.
+func TestGCLoopRetriesSoon(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		gcTimeout time.Duration
+		preempt   bool
+	}{
+		{"preempted by a pod's setup", time.Hour, true},
+		{"timed out", 100 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newVerbsEnv(t, testConfList11, func(o *Options) { o.GCPeriod = time.Hour; o.Timeout = time.Hour; o.gcTimeout = tc.gcTimeout })
+			started := make(chan struct{}, 1)
+			env.exec.setHook(hangGC(started, true))
+			env.host.setLive(nil, podA.SandboxID)
+			within(t, gateBound, "the start-up GC", started)
+			if tc.preempt {
+				setUpWithin(t, env, podA, gateBound)
+			}
+			within(t, gcRetryPeriod+gateBound, "the retry", started)
+		})
 	}
 }
 
