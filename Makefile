@@ -346,31 +346,52 @@ node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
 ## test: lint, unit, test-deb, fuzz, e2e, e2e-docker-netns, e2e-faults, conformance (critest), test-pauseless (e2e and
-# critest), e2e-kubelet (kubelet v1.37), test-docker29 (e2e and critest on Docker 29), e2e-takeover, e2e-cluster,
-# node-conformance-quick and e2e-vm (all run; fails if any failed); the summary gives each one's time. What it leaves to
-# the targets themselves, because another suite of make test covers it: e2e-kubelet on kubelet v1.36 (which e2e-takeover,
-# e2e-cluster and node-conformance-quick run) and test-pauseless's kubelet e2e (e2e-vm runs kubelet v1.37 on pause-less
-# pods, with and without the CRI stats gate). `make e2e-kubelet test-pauseless` runs them all.
-# The later suites' builds (kubelets, Docker 29, cri-dockerd, control plane, node e2e suite, VM image: about 30 min of
-# two cores with a cold Go cache) run in the background at idle priority from the start (hack/prebuild.sh; log in
-# _output/prebuild.log, its lines at the end), while the first suites leave the CPU idle; a suite that needs one still
-# being built waits for it. The packages every suite needs are installed first, as the builds need some of them.
+# critest), e2e-kubelet (kubelet v1.37), then e2e-vm in the background while test-docker29 (e2e and critest on Docker 29),
+# e2e-takeover, e2e-cluster and node-conformance-quick run (all run; fails if any failed); the summary gives each one's
+# time. What it leaves to the targets themselves, because another suite of make test covers it: e2e-kubelet on kubelet
+# v1.36 (which e2e-takeover, e2e-cluster and node-conformance-quick run) and test-pauseless's kubelet e2e (e2e-vm runs
+# kubelet v1.37 on pause-less pods, with and without the CRI stats gate). `make e2e-kubelet test-pauseless` runs them all.
+# Two things keep a cold Go cache's builds (about 30 min of two cores) and the VM's emulation (about 12 min of two
+# cores) from adding up with the suites that mostly wait for Docker, kubelet or a VM:
+# - the later suites' builds (kubelets, Docker 29, VM image, cri-dockerd, control plane, node e2e suite) run in the
+#   background at idle priority from the start (hack/prebuild.sh; log in _output/prebuild.log, its lines at the end); a
+#   suite that needs one still being built waits for it. The packages every suite needs are installed first, as the
+#   builds need some of them;
+# - a target written bg:NAME runs in the background from that point on, its output in _output/test-NAME.out, shown at
+#   the end: e2e-vm, whose node touches nothing of the host's (engine, cgroups, network), so it cannot disturb the
+#   suites beside it.
 TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults conformance test-pauseless e2e-kubelet \
-	test-docker29 e2e-takeover e2e-cluster node-conformance-quick e2e-vm
+	bg:e2e-vm test-docker29 e2e-takeover e2e-cluster node-conformance-quick
 TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance'
+# PREBUILD=true runs no background builds (each suite builds what it needs itself).
+PREBUILD ?= hack/prebuild.sh
 test:
 	@hack/install-deps.sh vm
-	@mkdir -p $(OUT); stop_dockerd=0; \
+	@mkdir -p $(OUT); stop_dockerd=0; bg=(); \
 	if ! hack/dockerd.sh status >/dev/null 2>&1; then stop_dockerd=1; fi; \
-	setsid nice -n 19 ionice -c 2 -n 7 hack/prebuild.sh >$(OUT)/prebuild.log 2>&1 & prebuild=$$!; \
-	trap 'kill -- -$$prebuild 2>/dev/null || true; wait $$prebuild 2>/dev/null || true; \
+	setsid nice -n 19 ionice -c 2 -n 7 $(PREBUILD) >$(OUT)/prebuild.log 2>&1 & prebuild=$$!; \
+	trap 'kill -- -$$prebuild 2>/dev/null || true; for b in "$${bg[@]}"; do kill -- -$${b#*:} 2>/dev/null || true; done; wait; \
 		if [[ $$stop_dockerd -eq 1 ]]; then hack/dockerd.sh stop; fi' EXIT; \
+	run_bg() { local t=$$1 start=$$SECONDS r=ok; $(MAKE) --no-print-directory "$$t" $(TEST_ARGS) || r=FAILED; \
+		echo "$$t=$$r($$((SECONDS - start))s)" >$(OUT)/test-$$t.result; }; export -f run_bg; \
 	summary=(); failed=0; \
 	for t in $(TEST_TARGETS); do \
+		if [[ $$t == bg:* ]]; then \
+			t=$${t#bg:}; echo "==> make $$t (in the background; output in $(OUT)/test-$$t.out, shown at the end)"; \
+			rm -f $(OUT)/test-$$t.result; \
+			setsid bash -c 'run_bg "$$1"' _ "$$t" >$(OUT)/test-$$t.out 2>&1 </dev/null & \
+			bg+=("$$t:$$!"); continue; \
+		fi; \
 		echo "==> make $$t"; start=$$SECONDS; \
 		if $(MAKE) --no-print-directory $$t $(TEST_ARGS); then summary+=("$$t=ok($$((SECONDS - start))s)"); \
 		else summary+=("$$t=FAILED($$((SECONDS - start))s)"); failed=1; fi; \
 	done; \
+	for b in "$${bg[@]}"; do \
+		t=$${b%%:*}; echo "==> make $$t (background): waiting for it"; start=$$SECONDS; wait $${b#*:} || true; \
+		echo "==> make $$t (background; waited $$((SECONDS - start))s): its output"; cat $(OUT)/test-$$t.out; \
+		r=$$(cat $(OUT)/test-$$t.result 2>/dev/null || echo "$$t=FAILED(no result)"); summary+=("$$r"); \
+		[[ $$r == "$$t=ok("* ]] || failed=1; \
+	done; bg=(); \
 	grep '^prebuild: ' $(OUT)/prebuild.log || true; \
 	echo "make test: $${summary[*]} in $$((SECONDS / 60)) min"; \
 	exit $$failed

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # hack/prebuild.sh: builds, one after the other, what make test's later suites
 # build for themselves: crictl and critest, the kubelets v1.37 and v1.36, the
-# Docker 29 engine, cri-dockerd, the v1.36 control plane, the node e2e suite and
-# its programs, and the VM node's image, in the order make test needs them.
+# Docker 29 engine, the VM node's image, cri-dockerd, the v1.36 control plane,
+# the node e2e suite and its programs, in the order make test needs them.
 #
 # Why: on a machine with a cold Go cache these builds take about 30 minutes of
 # two cores, while most suites leave the CPU idle waiting for Docker, kubelet or
@@ -26,12 +26,12 @@ STEPS=(
   "crictl and critest|hack/build-crictl.sh all"
   "kubelet v1.37|hack/build-kubelet.sh build v1.37"
   "Docker 29|hack/docker29.sh build"
+  "VM node image|hack/vm-image.sh build"
   "kubelet v1.36|hack/build-kubelet.sh build v1.36"
   "cri-dockerd|hack/build-cri-dockerd.sh cri-dockerd"
   "control plane v1.36|hack/build-kubelet.sh cluster v1.36"
   "node e2e suite v1.36|hack/build-kubelet.sh e2e-node v1.36"
   "node e2e programs|hack/node-e2e-images.sh bins"
-  "VM node image|hack/vm-image.sh build"
 )
 
 start=$SECONDS
