@@ -12,6 +12,25 @@ import (
 	"github.com/netshim/netshim/pkg/metrics"
 )
 
+// parseFlagsWant parses args and checks the error against wantErr (a
+// substring; "" for none): the options when parsing succeeded as wanted,
+// nil when it failed (as wanted or not, reported).
+func parseFlagsWant(t *testing.T, args []string, wantErr string) *options {
+	t.Helper()
+	opts, err := parseFlags(t, args...)
+	switch {
+	case wantErr != "":
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%v: error %v, want one mentioning %q", args, err, wantErr)
+		}
+		return nil
+	case err != nil:
+		t.Errorf("%v: %v", args, err)
+		return nil
+	}
+	return opts
+}
+
 func parseFlags(t *testing.T, args ...string) (*options, error) {
 	t.Helper()
 	opts := defaultOptions()
@@ -36,15 +55,8 @@ func TestMetricsBindAddressFlag(t *testing.T) {
 		{args: []string{"--metrics-bind-address=9090"}, wantErr: "--metrics-bind-address"},
 		{args: []string{"--metrics-bind-address=localhost:"}, wantErr: "missing port"},
 	} {
-		opts, err := parseFlags(t, tc.args...)
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%v: error %v, want one mentioning %q", tc.args, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%v: %v", tc.args, err)
+		opts := parseFlagsWant(t, tc.args, tc.wantErr)
+		if opts == nil {
 			continue
 		}
 		got := ""
@@ -112,15 +124,8 @@ func TestEnableProfilingFlag(t *testing.T) {
 		{args: []string{"--metrics-bind-address=:9090", "--enable-profiling=false"}, want: false},
 		{args: []string{"--enable-profiling"}, wantErr: "--metrics-bind-address"},
 	} {
-		opts, err := parseFlags(t, tc.args...)
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%v: error %v, want one mentioning %q", tc.args, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%v: %v", tc.args, err)
+		opts := parseFlagsWant(t, tc.args, tc.wantErr)
+		if opts == nil {
 			continue
 		}
 		if opts.enableProfiling != tc.want {
