@@ -46,6 +46,16 @@ func newPinnedEnvDefault(t *testing.T, mode string, wrapper bool, defaultRuntime
 	}
 	docker.info.DefaultRuntime = defaultRuntime
 	e := newTestEnvWith(t, docker, func(c *Config) { c.SandboxNetNS, c.NetNSDir = mode, dir })
+	// A failed test may leave mounts, which the temporary directory's
+	// removal (registered earlier, so run later) cannot delete, and the
+	// e2e leak audit later finds.
+	t.Cleanup(func() {
+		pinner := podns.NewPinner(dir)
+		files, _ := pinner.List()
+		for _, f := range files {
+			_ = pinner.Remove(f)
+		}
+	})
 	return e, dir
 }
 

@@ -28,17 +28,7 @@ import (
 func newPauselessEnv(t *testing.T) (*testEnv, string) {
 	t.Helper()
 	requireRoot(t)
-	e, dir := newPinnedEnv(t, SandboxNetNSPauseless, true)
-	// A failed test may leave mounts, which the temporary directory's
-	// removal (registered earlier, so run later) cannot delete.
-	t.Cleanup(func() {
-		pinner := podns.NewPinner(dir)
-		files, _ := pinner.List()
-		for _, f := range files {
-			_ = pinner.Remove(f)
-		}
-	})
-	return e, dir
+	return newPinnedEnv(t, SandboxNetNSPauseless, true) // which removes what a failed test left
 }
 
 // pauselessPodConfig is podConfig as kubelet sends it for a pod that does
