@@ -53,21 +53,22 @@ const (
 
 func main() {
 	path, dirs, args, err := ownFlags(os.Args[1:])
+	cmd := runcwrap.Parse(args)
 	if err != nil {
-		fail(err)
+		fail(cmd, err)
 	}
 	if path == "" {
 		path = runc
 	}
 	real, err := runcwrap.RealRunc(path)
 	if err != nil {
-		fail(err)
+		fail(cmd, err)
 	}
 	v := podns.Verifier{Dirs: dirs, ReadKey: podns.ReadKey, Check: podns.Verify}
-	if err := edit(runcwrap.Parse(args), v); err != nil {
-		fail(err)
+	if err := edit(cmd, v); err != nil {
+		fail(cmd, err)
 	}
-	fail(runcwrap.Exec(real, args))
+	fail(cmd, runcwrap.Exec(real, args))
 }
 
 // ownFlags takes the wrapper's flags off the front of its arguments.
@@ -111,9 +112,14 @@ func edit(cmd runcwrap.Command, v podns.Verifier) error {
 	return nil
 }
 
-func fail(err error) {
-	// The shim puts runc's output in the error the engine returns, so
-	// this is what `docker start` and netshim's log show.
-	fmt.Fprintf(os.Stderr, "netshim-oci: %v\n", err)
+func fail(cmd runcwrap.Command, err error) {
+	msg := "netshim-oci: " + err.Error()
+	// containerd's shim reports the last error of runc's log file as the
+	// runtime's error, which is what `docker start`, Docker's API and
+	// netshim's log show; stderr is for a person running the wrapper.
+	if lerr := runcwrap.LogError(cmd, msg); lerr != nil {
+		fmt.Fprintf(os.Stderr, "netshim-oci: writing runc's log %s: %v\n", cmd.Log, lerr)
+	}
+	fmt.Fprintln(os.Stderr, msg)
 	os.Exit(1)
 }

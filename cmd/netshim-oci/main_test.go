@@ -179,10 +179,15 @@ func TestRefusesMarkersNetshimDidNotSign(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, `{"process":{"env":["`+tc.marker+`"]},"linux":{"namespaces":[{"type":"network"}]}}`)
-			args := append(append([]string{"--netshim-runc=" + w.fake}, tc.flags...), "create", "--bundle", w.bundle, "c1")
+			// As containerd's shim runs runc: its error is read back from --log.
+			log := filepath.Join(w.dir, "log.json")
+			args := append(append([]string{"--netshim-runc=" + w.fake}, tc.flags...), "--log", log, "--log-format", "json", "create", "--bundle", w.bundle, "c1")
 			out, code := w.run(t, args...)
 			if code != 1 || !strings.Contains(out, "netshim-oci: container c1: ") || !strings.Contains(out, tc.wantErr) {
 				t.Fatalf("exit %d, output %q; want a refusal containing %q", code, out, tc.wantErr)
+			}
+			if b, err := os.ReadFile(log); err != nil || !strings.Contains(string(b), `"level":"error"`) || !strings.Contains(string(b), tc.wantErr) {
+				t.Errorf("runc's log: %q, %v; want the refusal as an error line (what Docker reports)", b, err)
 			}
 			if _, err := os.Stat(w.record); err == nil {
 				t.Error("runc ran with a refused config")

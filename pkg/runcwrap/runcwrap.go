@@ -10,6 +10,7 @@
 package runcwrap
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // globalValueFlags are runc's global flags that take a value in the next
@@ -57,6 +59,9 @@ type Command struct {
 	// ID is the container ID, the command's first argument that is no
 	// flag ("" if none): what the wrapper's errors name.
 	ID string
+	// Log and LogFormat are runc's global --log and --log-format: where
+	// containerd's shim reads runc's error from (LogError).
+	Log, LogFormat string
 }
 
 // Parse reads the parts of a runc command line a wrapper acts on.
@@ -68,8 +73,18 @@ func Parse(args []string) Command {
 		if !isFlag {
 			break
 		}
-		if globalValueFlags[name] && !inline {
+		var value string
+		if inline {
+			_, value, _ = strings.Cut(args[i], "=")
+		} else if globalValueFlags[name] && i+1 < len(args) {
 			i++
+			value = args[i]
+		}
+		switch name {
+		case "log":
+			c.Log = value
+		case "log-format":
+			c.LogFormat = value
 		}
 	}
 	if i >= len(args) {
@@ -196,4 +211,39 @@ func RealRunc(path string) (string, error) {
 func Exec(runc string, args []string) error {
 	argv := append([]string{runc}, args...)
 	return syscall.Exec(runc, argv, os.Environ())
+}
+
+// LogError appends msg as an error to runc's log file (--log), in its
+// format (--log-format: json, or text), as runc itself would: containerd's
+// shim reports the last error of that file as the OCI runtime's error,
+// which Docker returns to its client. Without it the client sees only
+// "... did not terminate successfully: exit status 1". No --log: nothing.
+func LogError(c Command, msg string) error {
+	if c.Log == "" {
+		return nil
+	}
+	f, err := os.OpenFile(c.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	var line []byte
+	if c.LogFormat == "json" {
+		line, err = json.Marshal(struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+			Time  string `json:"time"`
+		}{"error", msg, now})
+		if err != nil {
+			f.Close()
+			return err
+		}
+	} else {
+		line = []byte(fmt.Sprintf("time=%q level=error msg=%q", now, msg))
+	}
+	_, err = f.Write(append(line, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -1,9 +1,11 @@
 package runcwrap
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -15,9 +17,9 @@ func TestParse(t *testing.T) {
 	}{
 		// What containerd's runc shim runs (go-runc).
 		{name: "shim create", args: []string{"--root", "/run/containerd/runc/moby", "--log", "/run/x/log.json", "--log-format", "json",
-			"create", "--bundle", "/run/x/bundle", "--pid-file", "/run/x/init.pid", "abc"}, want: Command{Name: "create", Bundle: "/run/x/bundle", ID: "abc"}},
+			"create", "--bundle", "/run/x/bundle", "--pid-file", "/run/x/init.pid", "abc"}, want: Command{Name: "create", Bundle: "/run/x/bundle", ID: "abc", Log: "/run/x/log.json", LogFormat: "json"}},
 		{name: "run -b", args: []string{"run", "-b", "/b", "id"}, want: Command{Name: "run", Bundle: "/b", ID: "id"}},
-		{name: "inline", args: []string{"--root=/r", "create", "--bundle=/b", "id"}, want: Command{Name: "create", Bundle: "/b", ID: "id"}},
+		{name: "inline", args: []string{"--root=/r", "--log=/l.json", "create", "--bundle=/b", "id"}, want: Command{Name: "create", Bundle: "/b", ID: "id", Log: "/l.json"}},
 		{name: "single dash", args: []string{"-root", "/r", "create", "-bundle", "/b", "id"}, want: Command{Name: "create", Bundle: "/b", ID: "id"}},
 		{name: "systemd cgroup bool flag", args: []string{"--systemd-cgroup", "create", "--bundle", "/b", "id"}, want: Command{Name: "create", Bundle: "/b", ID: "id"}},
 		{name: "value that looks like -b", args: []string{"create", "--pid-file", "-b", "--bundle", "/b", "id"}, want: Command{Name: "create", Bundle: "/b", ID: "id"}},
@@ -28,7 +30,7 @@ func TestParse(t *testing.T) {
 		{name: "exec with -b is no bundle", args: []string{"exec", "-b", "/b", "id"}, want: Command{Name: "exec", ID: "id"}},
 		// What the shim runs for an exec (docker exec, CRI ExecSync).
 		{name: "shim exec", args: []string{"--root", "/r", "--log", "/l", "--log-format", "json", "exec", "--process", "/tmp/runc-process1", "--detach", "--pid-file", "/p", "abc"},
-			want: Command{Name: "exec", Process: "/tmp/runc-process1", ID: "abc"}},
+			want: Command{Name: "exec", Process: "/tmp/runc-process1", ID: "abc", Log: "/l", LogFormat: "json"}},
 		{name: "exec -p inline", args: []string{"exec", "-p=/p.json", "id"}, want: Command{Name: "exec", Process: "/p.json", ID: "id"}},
 		{name: "exec env value like -p", args: []string{"exec", "-e", "-p", "--process", "/q", "id"}, want: Command{Name: "exec", Process: "/q", ID: "id"}},
 		{name: "create has no process", args: []string{"create", "--process", "/p", "id"}, want: Command{Name: "create", ID: "id"}},
@@ -142,5 +144,40 @@ func TestRealRunc(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	if _, err := RealRunc(""); err == nil {
 		t.Error("RealRunc with no runc on PATH = nil error")
+	}
+}
+
+// TestLogError: the wrapper's error goes to runc's log file in runc's
+// format, where containerd's shim reads the runtime's error from.
+func TestLogError(t *testing.T) {
+	for _, format := range []string{"json", "text", ""} {
+		t.Run("format "+format, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "log.json")
+			if err := os.WriteFile(log, []byte(`{"level":"info","msg":"earlier"}`+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			msg := `netshim-oci: container c1: refused "x"`
+			if err := LogError(Command{Log: log, LogFormat: format}, msg); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(log)
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			if len(lines) != 2 || lines[0] != `{"level":"info","msg":"earlier"}` {
+				t.Fatalf("log %q: want the earlier line kept and one appended", b)
+			}
+			if format == "json" {
+				var e struct{ Level, Msg, Time string }
+				if err := json.Unmarshal([]byte(lines[1]), &e); err != nil || e.Level != "error" || e.Msg != msg || e.Time == "" {
+					t.Fatalf("json line %q: %+v, %v", lines[1], e, err)
+				}
+				return
+			}
+			if !strings.Contains(lines[1], "level=error") || !strings.Contains(lines[1], `msg="netshim-oci: container c1: refused \"x\""`) {
+				t.Fatalf("text line %q", lines[1])
+			}
+		})
+	}
+	if err := LogError(Command{}, "x"); err != nil {
+		t.Errorf("no --log: %v, want nothing done", err)
 	}
 }

@@ -158,8 +158,8 @@ func TestPauselessSandbox(t *testing.T) {
 	if ids := dockerIDs(t, "label=netshim.io/sandbox-id="+podID); len(ids) != 0 {
 		t.Errorf("containers %v of the removed pod remain", ids)
 	}
-	if entries, _ := os.ReadDir(e.ns.NetNSDir); len(entries) != 0 {
-		t.Errorf("%s after rmp holds %d files", e.ns.NetNSDir, len(entries))
+	if left := podFilesIn(t, e.ns.NetNSDir); len(left) != 0 {
+		t.Errorf("%s after rmp holds %q", e.ns.NetNSDir, left)
 	}
 }
 
@@ -198,7 +198,7 @@ func TestPauselessSurvivesRestart(t *testing.T) {
 	e.requireIPReleased(ip, podID)
 	e.mustCrictl("rmp", podID)
 	e.requireNoCheckpoint(podID)
-	if entries, _ := os.ReadDir(e.ns.NetNSDir); len(entries) != 0 {
-		t.Errorf("%s after rmp holds %d files", e.ns.NetNSDir, len(entries))
+	if left := podFilesIn(t, e.ns.NetNSDir); len(left) != 0 {
+		t.Errorf("%s after rmp holds %q", e.ns.NetNSDir, left)
 	}
 }

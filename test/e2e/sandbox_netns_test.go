@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/netshim/netshim/pkg/podns"
 	"github.com/netshim/netshim/test/harness"
 )
 
@@ -25,6 +26,23 @@ func nsInode(t *testing.T, path string) uint64 {
 		t.Fatalf("stat %s: %v", path, err)
 	}
 	return st.Ino
+}
+
+// podFilesIn lists what a netns dir holds for pods: all but netshim's
+// key, which stays for the next pod (podns.KeyFile).
+func podFilesIn(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Name() != podns.KeyFile {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }
 
 // The pinned sandbox netns (--sandbox-netns=pinned) on the real engine,
@@ -82,8 +100,8 @@ func TestPinnedSandboxNetNS(t *testing.T) {
 	}
 	e.mustCrictl("rmp", p.id)
 	e.requireNoCheckpoint(p.id)
-	if entries, _ := os.ReadDir(netnsDir); len(entries) != 0 {
-		t.Errorf("%s after rmp holds %d files", netnsDir, len(entries))
+	if left := podFilesIn(t, netnsDir); len(left) != 0 {
+		t.Errorf("%s after rmp holds %q", netnsDir, left)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/metrics"
+	"github.com/netshim/netshim/pkg/podns"
 	"github.com/netshim/netshim/test/harness"
 )
 
@@ -289,7 +290,8 @@ func (w *world) audit(netshimRoot, netnsDir string) error {
 	if cps, _ := os.ReadDir(filepath.Join(netshimRoot, "sandbox")); len(cps) > 0 {
 		leaks = append(leaks, fmt.Sprintf("%d checkpoint(s) left in %s/sandbox", len(cps), netshimRoot))
 	}
-	if nss, _ := os.ReadDir(netnsDir); len(nss) > 0 {
+	// Pinner.List leaves out netshim's key (podns.KeyFile), which stays.
+	if nss, _ := podns.NewPinner(netnsDir).List(); len(nss) > 0 {
 		leaks = append(leaks, fmt.Sprintf("%d pinned netns left in %s", len(nss), netnsDir))
 	}
 	_, subnet, _ := net.ParseCIDR(subnetCIDR)
