@@ -109,7 +109,7 @@ type DockerService struct {
 	// pinned files (sandbox_status.go, refreshPauselessPinned); under mu.
 	unpinned map[string]bool
 	pinMu    sync.Mutex
-	pinning map[string]bool
+	pinning  map[string]bool
 
 	// lifecycle serialises RunPodSandbox (from the moment its container
 	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
