@@ -501,6 +501,9 @@ func (e *env) ipamStore() map[string]string {
 			continue // lock, last_reserved_ip.0
 		}
 		data, err := os.ReadFile(filepath.Join(e.ipamStoreDir(), ent.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // released between the listing and the read: not held
+		}
 		if err != nil {
 			e.t.Fatalf("reading host-local store: %v", err)
 		}
