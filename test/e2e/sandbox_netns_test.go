@@ -28,21 +28,15 @@ func nsInode(t *testing.T, path string) uint64 {
 	return st.Ino
 }
 
-// podFilesIn lists what a netns dir holds for pods: all but netshim's
-// key, which stays for the next pod (podns.KeyFile).
+// podFilesIn lists what a netns dir holds for pods: Pinner.List, which
+// leaves out netshim's key (podns.KeyFile), there for the next pod.
 func podFilesIn(t *testing.T, dir string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil && !os.IsNotExist(err) {
+	files, err := podns.NewPinner(dir).List()
+	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, e := range entries {
-		if e.Name() != podns.KeyFile {
-			out = append(out, e.Name())
-		}
-	}
-	return out
+	return files
 }
 
 // The pinned sandbox netns (--sandbox-netns=pinned) on the real engine,
