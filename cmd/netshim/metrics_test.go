@@ -31,6 +31,20 @@ func parseFlagsWant(t *testing.T, args []string, wantErr string) *options {
 	return opts
 }
 
+// requireStatus GETs path from the endpoint at addr and checks its code.
+func requireStatus(t *testing.T, addr net.Addr, path string, code int) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr.String() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != code {
+		t.Errorf("%s: %d, want %d", path, resp.StatusCode, code)
+	}
+}
+
 func parseFlags(t *testing.T, args ...string) (*options, error) {
 	t.Helper()
 	opts := defaultOptions()
@@ -86,15 +100,7 @@ func TestStartMetricsServer(t *testing.T) {
 	}
 	// Without --enable-profiling there is no pprof.
 	for path, code := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable, "/metrics": http.StatusOK, "/debug/pprof/": http.StatusNotFound, "/debug/pprof/heap": http.StatusNotFound} {
-		resp, err := http.Get("http://" + bound.String() + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != code {
-			t.Errorf("%s: %d, want %d", path, resp.StatusCode, code)
-		}
+		requireStatus(t, bound, path, code)
 	}
 	stop()
 	if _, err := http.Get("http://" + bound.String() + "/healthz"); err == nil {
@@ -144,15 +150,7 @@ func TestStartMetricsServerWithProfiling(t *testing.T) {
 		"/metrics": http.StatusOK, "/debug/pprof/": http.StatusOK, "/debug/pprof/heap": http.StatusOK,
 		"/debug/pprof/profile?seconds=3600": http.StatusBadRequest,
 	} {
-		resp, err := http.Get("http://" + bound.String() + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != code {
-			t.Errorf("%s: %d, want %d", path, resp.StatusCode, code)
-		}
+		requireStatus(t, bound, path, code)
 	}
 }
 

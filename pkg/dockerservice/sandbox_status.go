@@ -167,7 +167,11 @@ func (ds *DockerService) refreshPauselessPinned() {
 			cps = append(cps, cp)
 		}
 	}
+	none := len(cps) == 0 && len(ds.unpinned) == 0
 	ds.mu.Unlock()
+	if none {
+		return // outside the pause-less mode, the usual case: nothing to look at
+	}
 	gone := map[string]bool{}
 	for _, cp := range cps {
 		if !pauselessPinned(cp) {
