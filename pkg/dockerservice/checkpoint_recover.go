@@ -31,12 +31,14 @@ const recoverStatusTimeout = 10 * time.Second
 
 // recoverCheckpoints rebuilds, once the index knows the containers, every
 // sandbox whose checkpoint could not be loaded: metadata from the infra
-// container's labels, IPs from the network plugin (libcni's cached result
-// or the pod's netns). A running sandbox whose IPs are found is READY again,
-// so a damaged file does not cost a running pod; one without is rebuilt
-// "pending", so it is reported NOTREADY and the start-up teardown releases
-// whatever its network still holds. It runs before the first sync is
-// reported, so no reader sees the sandbox without its checkpoint.
+// container's labels (with no infra container, as a pause-less sandbox
+// has none, the pod's identity from its workload containers'), IPs from
+// the network plugin (libcni's cached result or the pod's netns). A
+// running sandbox whose IPs are found is READY again, so a damaged file
+// does not cost a running pod; one without is rebuilt "pending", so it is
+// reported NOTREADY and the start-up teardown releases whatever its
+// network still holds. It runs before the first sync is reported, so no
+// reader sees the sandbox without its checkpoint.
 func (ds *DockerService) recoverCheckpoints(ctx context.Context) {
 	ds.mu.Lock()
 	issues := maps.Clone(ds.checkpointIssues)
@@ -70,6 +72,8 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 				cp.NetNS = path
 			}
 		}
+	} else {
+		cp.Name, cp.Namespace, cp.UID = podOfContainers(ds.store.ContainersOf(id))
 	}
 	switch {
 	case cp.HostNetwork:
@@ -95,6 +99,23 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 	ds.mu.Unlock()
 	ds.checkpointChanged(id)
 	klog.InfoS("Rebuilt the checkpoint of a sandbox", log...)
+}
+
+// podOfContainers is the pod a sandbox's workload containers name, for a
+// sandbox rebuilt without an infra container: its checkpoint was all that
+// named the pod, and kubelet finds its sandboxes by pod to stop and remove
+// them. netshim sets these labels on every container it creates (an
+// image's labels cannot shadow them), so any container will do; the first
+// by ID, for a stable answer. The pod's attempt is on none of them.
+func podOfContainers(ctrs []*store.Record) (name, namespace, uid string) {
+	slices.SortFunc(ctrs, func(a, b *store.Record) int { return strings.Compare(a.ID, b.ID) })
+	for _, c := range ctrs {
+		l := c.DockerLabels
+		if l[labelPodName] != "" && l[labelPodNamespace] != "" && l[labelPodUID] != "" {
+			return l[labelPodName], l[labelPodNamespace], l[labelPodUID]
+		}
+	}
+	return "", "", ""
 }
 
 // checkpointIssuesMessage summarises the checkpoints that could not be

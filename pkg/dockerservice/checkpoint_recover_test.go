@@ -109,3 +109,61 @@ func TestStartupSurvivesBadCheckpoints(t *testing.T) {
 		t.Errorf("after removing three: %q, want one left", msg)
 	}
 }
+
+// A pause-less sandbox has no infra container: when its checkpoint is
+// damaged, its workload containers' labels are what still names the pod,
+// which kubelet finds its sandboxes by to stop and remove them. One with no
+// container is rebuilt as before, nameless.
+func TestPauselessDamagedCheckpointTakesThePodFromItsContainers(t *testing.T) {
+	e, dir := newPauselessEnv(t)
+	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	cfg := pauselessPodConfig("web")
+	withCtr := e.run(t, cfg)
+	if _, err := e.ds.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: withCtr, Config: ctrConfig("app"), SandboxConfig: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	bare := e.run(t, pauselessPodConfig("bare"))
+	for _, id := range []string{withCtr, bare} {
+		if err := os.WriteFile(filepath.Join(e.ckpt.Dir(), id+".json"), []byte(`{"checksum":"sha256:00","data":{}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ds, _ := e.restartWith(t, func(c *Config) { c.SandboxNetNS, c.NetNSDir = SandboxNetNSPauseless, dir })
+	for _, tc := range []struct {
+		id   string
+		want *runtimeapi.PodSandboxMetadata
+	}{
+		{withCtr, &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: "uid-web"}},
+		{bare, &runtimeapi.PodSandboxMetadata{}},
+	} {
+		listed := plSandbox(t, ds, tc.id)
+		if listed == nil {
+			t.Fatalf("sandbox %s not listed", tc.id)
+		}
+		st, err := ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: tc.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for what, md := range map[string]*runtimeapi.PodSandboxMetadata{"listed": listed.Metadata, "status": st.Status.Metadata} {
+			if md.GetName() != tc.want.Name || md.GetNamespace() != tc.want.Namespace || md.GetUid() != tc.want.Uid {
+				t.Errorf("sandbox %s %s with metadata %v, want %v", tc.id, what, md, tc.want)
+			}
+		}
+		if listed.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || st.Status.State != listed.State {
+			t.Errorf("sandbox %s: listed %v, status %v, want NOTREADY", tc.id, listed.State, st.Status.State)
+		}
+	}
+	// What kubelet then does.
+	for _, id := range []string{withCtr, bare} {
+		if _, err := ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Fatalf("stop %s: %v", id, err)
+		}
+		if _, err := ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Fatalf("remove %s: %v", id, err)
+		}
+	}
+	if ids, _ := e.ckpt.List(); len(ids) != 0 {
+		t.Errorf("checkpoints after removing both sandboxes: %v", ids)
+	}
+}
