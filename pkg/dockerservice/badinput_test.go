@@ -103,7 +103,7 @@ func newBadInputFixture(t *testing.T) *badInputFixture {
 	f.docker.mu.Lock()
 	f.docker.info = system.Info{DockerRootDir: root, Driver: "overlay2", CgroupDriver: "cgroupfs"}
 	f.docker.mu.Unlock()
-	f.docker.quiesce()
+	f.quiesce(t)
 	f.c = serveCRI(t, e.ds)
 	return f
 }

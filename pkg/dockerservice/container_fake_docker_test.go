@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
+	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -14,6 +16,8 @@ import (
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/versions"
 	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/netshim/netshim/internal/testutil"
 )
 
 // The container half of fakeDocker: execs, logs, resource updates and the
@@ -60,6 +64,11 @@ type fakeContainerExtras struct {
 	// execPid, if set, gives the host pid an exec reports (a real
 	// process's, for tests that kill for real); else pids are made up.
 	execPid func() int
+
+	// barriers counts quiesce's barrier events; barriersSeen are those
+	// whose inspect the events loop asked for.
+	barriers     int
+	barriersSeen map[string]bool
 }
 
 // extras returns the container half, creating it. Called with f.mu held.
@@ -299,17 +308,45 @@ func (f *fakeDocker) callLog() []string {
 	return append([]string(nil), f.calls...)
 }
 
-// quiesce waits until the service has stopped calling Docker (the events
-// loop has applied what the fake emitted), so that a test can count the
-// calls of one RPC alone.
-func (f *fakeDocker) quiesce() {
-	prev := -1
-	for range 100 {
-		n := len(f.callLog())
-		if n == prev {
-			return
-		}
-		prev = n
-		time.Sleep(30 * time.Millisecond)
+// quiesceIDPrefix names the containers of quiesce's barrier events: none
+// exists, and the fake does not log their inspects.
+const quiesceIDPrefix = "quiesce-barrier-"
+
+// quiesce waits until the service has made the Docker calls that the events
+// the fake emitted so far ask for, so that a test can count the calls of
+// one RPC alone. The events loop applies events in order and asks for an
+// inspect of a container it does not know: once that inspect comes for a
+// barrier event emitted last, every earlier event is applied; once the
+// index has no inspect pending, the inspects they asked for are done.
+func (e *testEnv) quiesce(t testing.TB) {
+	t.Helper()
+	f := e.docker
+	f.mu.Lock()
+	x := f.extras()
+	x.barriers++
+	id := fmt.Sprintf("%s%d", quiesceIDPrefix, x.barriers)
+	f.emit(events.ActionStart, id, nil)
+	f.mu.Unlock()
+	testutil.Eventually(t, "the events loop to reach "+id, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.extras().barriersSeen[id]
+	})
+	testutil.Eventually(t, "the inspects the events asked for", func() bool { return e.ds.index.Inspecting() == 0 })
+}
+
+// sawBarrier notes the inspect of a barrier event's container; false for
+// any other container.
+func (f *fakeDocker) sawBarrier(id string) bool {
+	if !strings.HasPrefix(id, quiesceIDPrefix) {
+		return false
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	x := f.extras()
+	if x.barriersSeen == nil {
+		x.barriersSeen = map[string]bool{}
+	}
+	x.barriersSeen[id] = true
+	return true
 }

@@ -225,7 +225,7 @@ func TestContainerStatusReasonsFromEvents(t *testing.T) {
 				t.Errorf("exit %d reason %q finished %d started %d; want exit %d reason %q", st.ExitCode, st.Reason, st.FinishedAt, st.StartedAt, c.code, c.reason)
 			}
 			// One inspect per death, and none per status read.
-			e.docker.quiesce()
+			e.quiesce(t)
 			e.docker.resetCalls()
 			for range 10 {
 				e.status(t, id)
@@ -258,7 +258,7 @@ func TestListContainersFiltersWithoutDockerCalls(t *testing.T) {
 	if _, err := e.ds.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: c}); err != nil {
 		t.Fatal(err)
 	}
-	e.docker.quiesce()
+	e.quiesce(t)
 	e.docker.resetCalls()
 	list := func(f *runtimeapi.ContainerFilter) []string {
 		t.Helper()

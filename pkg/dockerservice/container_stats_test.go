@@ -91,7 +91,7 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 			} else {
 				writeFiles(t, map[string]string{filepath.Join(sr.cgroupRoot, "cpuacct", cg, "cpuacct.usage"): "1505000000\n"})
 			}
-			e.docker.quiesce()
+			e.quiesce(t)
 			e.docker.resetCalls()
 			list, err := e.ds.ListContainerStats(context.Background(), &runtimeapi.ListContainerStatsRequest{})
 			if err != nil {

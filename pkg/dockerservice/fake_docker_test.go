@@ -299,6 +299,9 @@ func (f *fakeDocker) ContainerRemove(_ context.Context, id string, opts containe
 }
 
 func (f *fakeDocker) ContainerInspect(_ context.Context, id string) (container.InspectResponse, error) {
+	if f.sawBarrier(id) { // quiesce's, not the service's own
+		return container.InspectResponse{}, notFound(id)
+	}
 	f.record("ContainerInspect " + id)
 	if strings.TrimSpace(id) == "" {
 		// As Docker's client, which refuses a blank ID before any request.

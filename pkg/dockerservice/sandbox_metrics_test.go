@@ -61,7 +61,7 @@ func TestListPodSandboxMetrics(t *testing.T) {
 	for _, d := range descs.Descriptors {
 		keys[d.Name] = d.LabelKeys
 	}
-	e.docker.quiesce()
+	e.quiesce(t)
 	e.docker.resetCalls()
 	resp, err := e.ds.ListPodSandboxMetrics(context.Background(), &runtimeapi.ListPodSandboxMetricsRequest{})
 	if err != nil {

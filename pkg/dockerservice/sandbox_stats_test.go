@@ -151,7 +151,7 @@ func TestPodSandboxStatsFromPodCgroup(t *testing.T) {
 			h.container(e.ds, running, pod, ctrUsage)
 			h.netdev(e.pid(t, e.sandboxID), map[string][4]uint64{"lo": {999, 0, 999, 0}, "eth0": {5000, 1, 7000, 2}, "net1": {300, 0, 400, 0}})
 
-			e.docker.quiesce()
+			e.quiesce(t)
 			e.docker.resetCalls()
 			resp, err := e.ds.PodSandboxStats(context.Background(), &runtimeapi.PodSandboxStatsRequest{PodSandboxId: e.sandboxID[:10]})
 			if err != nil {

@@ -56,7 +56,7 @@ func newStatsBenchEnv(b *testing.B, v2 bool) *testEnv {
 // percentile latency and the Docker requests per call (the goal is 0:
 // kubelet polls these).
 func benchLatency(b *testing.B, e *testEnv, call func() error) {
-	e.docker.quiesce()
+	e.quiesce(b)
 	e.docker.resetCalls()
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()

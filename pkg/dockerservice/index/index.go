@@ -198,6 +198,16 @@ func (x *Index) Health() (ready bool, reason string) {
 	return true, ""
 }
 
+// Inspecting is how many containers wait for, or are in, an inspect the
+// events asked for: 0 once the index holds what the events applied so far
+// say. A caller that knows which events were applied (its own, or one it
+// can tell came last) can then wait for Docker to be quiet.
+func (x *Index) Inspecting() int {
+	x.sched.mu.Lock()
+	defer x.sched.mu.Unlock()
+	return len(x.sched.pending)
+}
+
 func (x *Index) setConnected(err error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -40,11 +40,7 @@ func startIndex(t *testing.T, f *fakeEngine, opts Options) *Index {
 
 func (x *Index) has(id string) bool { _, ok := x.Get(id); return ok }
 
-func (x *Index) idle() bool {
-	x.sched.mu.Lock()
-	defer x.sched.mu.Unlock()
-	return len(x.sched.pending) == 0
-}
+func (x *Index) idle() bool { return x.Inspecting() == 0 }
 
 func TestResyncIndexesWhatExists(t *testing.T) {
 	f := newFakeEngine()
