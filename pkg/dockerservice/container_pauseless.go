@@ -63,22 +63,11 @@ func podSysctlsFor(sysctls map[string]string, paths podns.Paths) map[string]stri
 	}
 	out := make(map[string]string, len(sysctls))
 	for k, v := range sysctls {
-		parts, ok := splitSysctl(k)
+		parts, ok := podns.SplitSysctl(k)
 		if !ok {
 			continue // refused when the sandbox was run
 		}
-		var kind podns.Kind
-		switch namespacedSysctl(parts) {
-		case sysctlNet:
-			kind = podns.Net
-		case sysctlIPC:
-			kind = podns.IPC
-		case sysctlUTS:
-			kind = podns.UTS
-		default:
-			continue
-		}
-		if paths[kind] != "" {
+		if kind := podns.SysctlKind(parts); kind != "" && paths[kind] != "" {
 			out[k] = v
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/podns"
 )
 
 // This file checks a RunPodSandbox request before anything is pulled,
@@ -340,65 +341,6 @@ func validateIDs(what string, uid, gid *runtimeapi.Int64Value, groups []int64) e
 	return nil
 }
 
-// sysctlNamespace is the kernel namespace a sysctl belongs to.
-type sysctlNamespace int
-
-const (
-	sysctlNotNamespaced sysctlNamespace = iota
-	sysctlNet
-	sysctlIPC
-	sysctlUTS
-)
-
-// namespacedSysctl classifies a sysctl by the namespace that makes it
-// per-pod. Only these can be set for a pod: runc refuses any other at
-// start, since it would change the whole node. The table follows the
-// kernel: the SysV IPC and POSIX message queue limits are per IPC
-// namespace, everything under net per network namespace.
-func namespacedSysctl(parts []string) sysctlNamespace {
-	switch {
-	case len(parts) >= 2 && parts[0] == "net":
-		return sysctlNet
-	case len(parts) == 2 && parts[0] == "kernel" && (parts[1] == "sem" || strings.HasPrefix(parts[1], "shm") || strings.HasPrefix(parts[1], "msg")):
-		return sysctlIPC
-	case len(parts) >= 3 && parts[0] == "fs" && parts[1] == "mqueue":
-		return sysctlIPC
-	case len(parts) == 2 && parts[0] == "kernel" && (parts[1] == "hostname" || parts[1] == "domainname"):
-		return sysctlUTS
-	}
-	return sysctlNotNamespaced
-}
-
-// splitSysctl splits a sysctl name in either of the forms Kubernetes
-// accepts: dotted ("net.ipv4.ip_forward") or, when the first separator is
-// a slash, slashed ("net/ipv4/conf/eth0.100/forwarding").
-func splitSysctl(name string) ([]string, bool) {
-	if name == "" || len(name) > 256 {
-		return nil, false
-	}
-	for _, c := range name {
-		if !isAlnum(c) && c != '_' && c != '-' && c != '.' && c != '/' {
-			return nil, false
-		}
-	}
-	sep := "."
-	if i := strings.IndexAny(name, "./"); i >= 0 && name[i] == '/' {
-		sep = "/"
-	}
-	parts := strings.Split(name, sep)
-	for i, p := range parts {
-		if p == "" || p == "." || p == ".." {
-			return nil, false
-		}
-		if sep == "." {
-			// A slash in the dotted form stands for a dot in a name
-			// (an interface eth0.100).
-			parts[i] = strings.ReplaceAll(p, "/", ".")
-		}
-	}
-	return parts, true
-}
-
 // validateSysctls refuses sysctls Docker accepts at create but runc
 // refuses at start: unknown or node-wide ones, and namespaced ones whose
 // namespace the pod shares with the node.
@@ -409,23 +351,25 @@ func validateSysctls(sysctls map[string]string, ns *runtimeapi.NamespaceOption) 
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		parts, ok := splitSysctl(name)
+		parts, ok := podns.SplitSysctl(name)
 		if !ok {
 			return invalidArgf("sysctl %s is not a valid sysctl name", shortQuote(name))
 		}
 		if v := sysctls[name]; strings.ContainsAny(v, "\x00\n") {
 			return invalidArgf("sysctl %s: value %s must be one line without NUL", name, shortQuote(v))
 		}
-		switch namespacedSysctl(parts) {
-		case sysctlNet:
+		// Only namespaced sysctls can be set for a pod: runc refuses any
+		// other at start, since it would change the whole node.
+		switch podns.SysctlKind(parts) {
+		case podns.Net:
 			if ns.GetNetwork() == runtimeapi.NamespaceMode_NODE {
 				return invalidArgf("sysctl %s cannot be set for a pod on the host network: it would change the node's network settings", name)
 			}
-		case sysctlIPC:
+		case podns.IPC:
 			if ns.GetIpc() == runtimeapi.NamespaceMode_NODE {
 				return invalidArgf("sysctl %s cannot be set for a pod in the host IPC namespace: it would change the node's IPC limits", name)
 			}
-		case sysctlUTS:
+		case podns.UTS:
 			return invalidArgf("sysctl %s cannot be set: use the pod's hostname instead", name)
 		default:
 			return invalidArgf("sysctl %s is not namespaced: it would change the whole node, and runc refuses it; only kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.* and net.* can be set for a pod", name)
