@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -283,6 +284,45 @@ func (d *Dockerd) Stop() error {
 		return nil
 	}
 	return p.stop("private dockerd", syscall.SIGTERM, StopTimeout)
+}
+
+// Kill is SIGKILL to the engine, as in a crash or an OOM kill: it gets no
+// chance to stop its containers. The containerd it started dies with it
+// (dockerd gives it a parent-death signal); the shims and containers live
+// on, and Start runs a new dockerd on the same directories, which starts a
+// containerd that finds them. A stopped engine is left alone.
+//
+// PID 1 on the development and CI machines does not reap orphans, so the
+// dead containerd stays a zombie, and a new dockerd that finds its pid
+// file takes it for running and waits for its socket in vain: Kill waits
+// for it to die and removes its pid file, as a reaping init would have
+// made moot.
+func (d *Dockerd) Kill() error {
+	d.mu.Lock()
+	p := d.proc
+	d.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if err := p.stop("private dockerd", syscall.SIGKILL, StopTimeout); err != nil {
+		return err
+	}
+	pidFile := filepath.Join(d.Dir, "exec", "containerd", "containerd.pid")
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		return nil // none was started, or it cleaned up
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return fmt.Errorf("private dockerd's containerd pid file %s: %w", pidFile, err)
+	}
+	if !Eventually(StopTimeout, func() bool { return !procRunning("/proc", pid) }) {
+		return nil // it outlives dockerd: the new one reuses it
+	}
+	if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // Docker runs the docker CLI against this engine.
