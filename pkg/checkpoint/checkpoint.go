@@ -108,12 +108,18 @@ type Pauseless struct {
 	// namespace options in the format netshim decodes for every sandbox.
 	Labels map[string]string `json:"labels"`
 	// What every container of the pod is created with: Docker writes
-	// hostname and resolv.conf per container, and runc applies the
-	// pod's namespaced sysctls in the shared namespaces.
+	// hostname and resolv.conf per container. Sysctls are the pod's
+	// namespaced sysctls.
 	Hostname     string            `json:"hostname,omitempty"`
 	DNS          *DNS              `json:"dns,omitempty"`
 	Sysctls      map[string]string `json:"sysctls,omitempty"`
 	CgroupParent string            `json:"cgroupParent,omitempty"`
+	// SysctlsWritten says netshim wrote Sysctls into the pinned
+	// namespaces itself, before the CNI ADD, and the containers are
+	// created without them. false in a sandbox of an earlier netshim,
+	// which left them to runc at each container's start: its new
+	// containers still get them, as its first ones did.
+	SysctlsWritten bool `json:"sysctlsWritten,omitempty"`
 	// Stopped is written by StopPodSandbox: a stopped pause-less sandbox
 	// stays NOTREADY across restarts, with or without its namespaces.
 	Stopped bool `json:"stopped,omitempty"`

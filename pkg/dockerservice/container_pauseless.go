@@ -18,9 +18,10 @@ const devShm = "/dev/shm"
 // namespace), and the marker names the pod's pinned ones, which the OCI
 // wrapper puts in their place before runc runs. What a pause container
 // would have given the container comes from the checkpoint: the hostname
-// and resolv.conf (Docker writes both per container), the pod's namespaced
-// sysctls (runc applies them in the shared namespaces, the same values
-// for every container).
+// and resolv.conf (Docker writes both per container). The pod's sysctls
+// are in its namespaces already, written before the CNI ADD
+// (runPauselessSandbox); only a sandbox of an earlier netshim has them
+// applied by runc at each container's start, as it had before.
 func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, in containerDockerInput) error {
 	ns := in.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	cp := in.pauseless
@@ -44,7 +45,12 @@ func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, 
 		hc.IpcMode = "private"
 		paths[podns.IPC] = pl.IPC
 	}
-	hc.Sysctls = podSysctlsFor(pl.Sysctls, paths)
+	if !pl.SysctlsWritten {
+		// A sandbox of an earlier netshim, which left the sysctls to
+		// runc at each container's start: its new containers get them
+		// too, the values its first ones set.
+		hc.Sysctls = podSysctlsFor(pl.Sysctls, paths)
+	}
 	if len(paths) > 0 && in.ociKey == nil {
 		return errNoOCIKey
 	}
@@ -56,7 +62,8 @@ func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, 
 
 // podSysctlsFor keeps the pod's sysctls of the namespaces the container
 // shares with its pod: a network sysctl in a container on the node's
-// network would change the node's.
+// network would change the node's. Only for the containers of a sandbox
+// whose sysctls netshim did not write (checkpoint.Pauseless.SysctlsWritten).
 func podSysctlsFor(sysctls map[string]string, paths podns.Paths) map[string]string {
 	if len(sysctls) == 0 {
 		return nil

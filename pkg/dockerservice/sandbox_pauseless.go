@@ -24,10 +24,11 @@ import (
 // checkpoint: no Docker container, so no pause process and no containerd
 // shim for it. Its containers run under the OCI wrapper, which puts them in
 // the pinned namespaces, and are created with what a pause container would
-// have given them (hostname, DNS, sysctls, cgroup parent, /dev/shm). The
-// index holds a Local record for it, built from the checkpoint, so every
-// reader (List, Status, stats, events, CreateContainer) finds it like any
-// sandbox and no Docker listing drops it.
+// have given them (hostname, DNS, cgroup parent, /dev/shm; the pod's
+// sysctls netshim writes into the namespaces itself). The index holds a
+// Local record for it, built from the checkpoint, so every reader (List,
+// Status, stats, events, CreateContainer) finds it like any sandbox and
+// no Docker listing drops it.
 //
 // A pod whose containers share a PID namespace keeps a pause container
 // (the pinned mode): a PID namespace cannot outlive its first process, and
@@ -87,10 +88,11 @@ func newSandboxID() (string, error) {
 }
 
 // runPauselessSandbox is RunPodSandbox for a pause-less sandbox: pin the
-// namespaces, write the checkpoint, index the sandbox, CNI ADD. Any failure
-// undoes all of it. RunPodSandbox has checked that no sandbox has the name.
-// cgroupParent is the pod's cgroup parent in Docker's form
-// (dockerCgroupParent): every container of the pod gets it.
+// namespaces, write the pod's sysctls into them, write the checkpoint,
+// index the sandbox, CNI ADD. Any failure undoes all of it. RunPodSandbox
+// has checked that no sandbox has the name. cgroupParent is the pod's
+// cgroup parent in Docker's form (dockerCgroupParent): every container of
+// the pod gets it.
 func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, name, cgroupParent string, t *stepTimer) (*runtimeapi.RunPodSandboxResponse, error) {
 	md := cfg.GetMetadata()
 	labels, err := sandboxLabels(cfg, "")
@@ -119,19 +121,29 @@ func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeap
 		hostname = id[:12]
 	}
 	pl := &checkpoint.Pauseless{
-		IPC:          paths[podns.IPC],
-		UTS:          paths[podns.UTS],
-		Shm:          shm,
-		Labels:       labels,
-		Hostname:     hostname,
-		Sysctls:      maps.Clone(linux.GetSysctls()),
-		CgroupParent: cgroupParent,
+		IPC:            paths[podns.IPC],
+		UTS:            paths[podns.UTS],
+		Shm:            shm,
+		Labels:         labels,
+		Hostname:       hostname,
+		Sysctls:        maps.Clone(linux.GetSysctls()),
+		SysctlsWritten: true,
+		CgroupParent:   cgroupParent,
 	}
 	if dns := cfg.GetDnsConfig(); dns != nil {
 		pl.DNS = &checkpoint.DNS{Servers: dns.Servers, Searches: dns.Searches, Options: dns.Options}
 	}
 	cp := newSandboxCheckpoint(id, cfg, paths[podns.Net])
 	cp.Pauseless = pl
+	// The pod's sysctls go into its namespaces now, before the ADD and
+	// before any container (sandbox_sysctls.go): its containers are
+	// created without them, and none of their starts changes what the
+	// ADD (or a CNI tuning plugin) set.
+	if err := ds.writePodSysctls(cfg, paths); err != nil {
+		done()
+		ds.removePauselessFiles(ctx, cp)
+		return nil, err
+	}
 	t.step("namespaces")
 
 	// Nobody knows the ID yet; the lock keeps a Stop or Remove of a client

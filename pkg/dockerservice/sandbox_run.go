@@ -29,7 +29,9 @@ const cleanupTimeout = 2 * time.Minute
 
 // RunPodSandbox creates and starts the pod's infra container, then attaches
 // it to the pod network. Every failure after the container exists undoes
-// what was done: network, container and checkpoint.
+// what was done: network, container and checkpoint. In every mode the
+// pod's sysctls are in its namespaces before the CNI ADD
+// (sandbox_sysctls.go).
 func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	cfg := r.GetConfig()
 	if err := validateRunPodSandbox(r); err != nil {
@@ -94,6 +96,16 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 				}
 			}
 		}()
+		// The pod's net.* sysctls go into the netns now, before the
+		// ADD (sandbox_sysctls.go): runc would write them as the pause
+		// container starts, which runs along with the ADD. Its IPC
+		// sysctls stay with the pause container, whose IPC namespace
+		// it is. A refused one fails the pod here, the netns removed
+		// by the defer above.
+		if err := ds.writePodSysctls(cfg, paths); err != nil {
+			return nil, err
+		}
+		hostConfig.Sysctls = withoutSysctlsOf(hostConfig.Sysctls, podns.Net)
 		hostConfig.Runtime = OCIWrapperRuntime
 		config.Env = append(config.Env, paths.Env(ds.ociKey))
 		config.Labels[labelNetNS] = netns
@@ -154,7 +166,9 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	}
 
 	// The index's start inspects once: the pid gives the netns path, and
-	// the record makes the index current before we answer.
+	// the record makes the index current before we answer. runc writes
+	// the pod's sysctls as it starts the container: before the ADD, the
+	// order of every mode (sandbox_sysctls.go).
 	if err := ds.startInfraContainer(ctx, cp); err != nil {
 		ds.undoRunPodSandbox(ctx, cp, false)
 		return nil, err
@@ -209,6 +223,8 @@ func (ds *DockerService) startInfraContainer(ctx context.Context, cp *checkpoint
 // netns and, at the same time, sets the pod network up in it: the CNI ADD
 // does not wait for Docker, so RunPodSandbox takes about the longer of the
 // two instead of their sum. Either failing undoes both, once both ended.
+// The pod's net.* sysctls are in the netns already, and the container
+// carries none: nothing the start does changes what the ADD sets.
 func (ds *DockerService) startPinnedSandbox(ctx context.Context, cp *checkpoint.PodSandbox, cfg *runtimeapi.PodSandboxConfig) error {
 	netErr := make(chan error, 1)
 	go func() { netErr <- ds.setUpSandboxNetwork(ctx, cp, cfg) }()
@@ -372,8 +388,12 @@ func (ds *DockerService) sandboxDockerConfig(cfg *runtimeapi.PodSandboxConfig, r
 		Labels:   labels,
 	}
 	hc := &container.HostConfig{
-		NetworkMode:    "none",
-		IpcMode:        "shareable",
+		NetworkMode: "none",
+		IpcMode:     "shareable",
+		// runc writes them into the pause container's namespaces as
+		// it starts, which is before the ADD in the docker mode
+		// (sandbox_sysctls.go); a pinned sandbox's net.* ones are
+		// netshim's to write (RunPodSandbox).
 		Sysctls:        linux.GetSysctls(),
 		OomScoreAdj:    ds.oomScoreAdj(sandboxOOMScoreAdj),
 		Privileged:     sc.GetPrivileged(),

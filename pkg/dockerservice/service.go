@@ -110,6 +110,9 @@ type DockerService struct {
 	unpinned map[string]bool
 	pinMu    sync.Mutex
 	pinning  map[string]bool
+	// writeSysctls writes a pod's sysctls into its pinned namespaces,
+	// before the CNI ADD (podns.WriteSysctls; sandbox_sysctls.go).
+	writeSysctls func(podns.Paths, map[string]string) error
 
 	// lifecycle serialises RunPodSandbox (from the moment its container
 	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
@@ -175,6 +178,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		imagePresent:     map[string]bool{},
 		pinning:          map[string]bool{},
 		unpinned:         map[string]bool{},
+		writeSysctls:     podns.WriteSysctls,
 		containers:       newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
 	}
 	ds.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)

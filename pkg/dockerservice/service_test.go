@@ -20,6 +20,7 @@ import (
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/podns"
 )
 
 const testPauseImage = "registry.k8s.io/pause:3.10"
@@ -127,6 +128,9 @@ func startService(t testing.TB, ds *DockerService) {
 	t.Helper()
 	// The fake's pids are made up: no host process to check them against.
 	ds.containers.netnsPath = func(_ string, pid int) (string, error) { return fmt.Sprintf("/proc/%d/ns/net", pid), nil }
+	// The kernel is never asked from these tests: pkg/podns tests the
+	// writer; sandbox_sysctls_test.go replaces this to watch it.
+	ds.writeSysctls = func(podns.Paths, map[string]string) error { return nil }
 	ctx, cancel := context.WithCancel(context.Background())
 	ds.Start(ctx)
 	t.Cleanup(func() {
