@@ -257,9 +257,9 @@ soak:
 	modes=($(SOAK_MODES)); timeout=$$(awk -v m='$(SOAK_MINUTES)' -v n=$${#modes[@]} 'BEGIN { printf "%d", n * (m + 10) + 5 }'); \
 	NETSHIM_BIN=$(OUT)/netshim CNI_BIN_DIR=/usr/lib/cni LEAK_AUDIT=$(CURDIR)/test/e2e/leak-audit.sh \
 	SOAK_MINUTES='$(SOAK_MINUTES)' SOAK_MODES='$(SOAK_MODES)' SOAK_RATE='$(SOAK_RATE)' SOAK_BURST='$(SOAK_BURST)' \
-	SOAK_WORKERS='$(SOAK_WORKERS)' SOAK_SEED='$(SOAK_SEED)' SOAK_REPORT=$(OUT)/soak.md SOAK_STATE=$(OUT)/soak.state \
+	SOAK_WORKERS='$(SOAK_WORKERS)' SOAK_SEED='$(SOAK_SEED)' SOAK_AUDIT_LOCK='$(SOAK_AUDIT_LOCK)' SOAK_REPORT=$(OUT)/soak.md SOAK_STATE=$(OUT)/soak.state \
 		$(GO) test -race -count=1 -tags soak -v -timeout "$${timeout}m" ./test/soak/ 2>&1 | \
-		tee $(OUT)/soak.log | grep -E '^(soak: |--- FAIL|FAIL|ok|panic)|_test.go:[0-9]+:' || rc=$$?; \
+		tee $(OUT)/soak.log | grep --line-buffered -E '^(soak: |--- FAIL|FAIL|ok|panic)|_test.go:[0-9]+:' || rc=$$?; \
 	exit $${rc:-0}
 
 ## e2e-kubelet: real kubelets v1.36 and v1.37 (built from the module proxy into _output/kubelet-v1.3x)
