@@ -40,6 +40,11 @@ const (
 	stopDeadline    = harness.StopTimeout
 	commandDeadline = harness.CommandDeadline
 	rpcDeadline     = harness.RPCTimeout
+
+	// pingDeadline bounds the wait for a pod's address to answer a ping:
+	// one just set up may not at once (ARP, an IPv6 address still
+	// tentative), the less so on a loaded machine.
+	pingDeadline = 10 * time.Second
 )
 
 // The suite's names for the harness's helpers.
@@ -664,20 +669,19 @@ func rulesForPort(rules []string, port int32) []string {
 	return out
 }
 
-// ping sends one ICMP echo to ip and fails the test without an answer
-// within 2s. iputils' ping is used if installed, else busybox's (the
-// busybox-static package that make deps installs has it).
+// ping pings ip from the host until it answers (pingPoll) and fails the
+// test if it has not within pingDeadline. iputils' ping is used if
+// installed, else busybox's (the busybox-static package that make deps
+// installs has it).
 func ping(t *testing.T, ip string) {
 	t.Helper()
-	if _, err := exec.LookPath("ping"); err == nil {
-		mustRun(t, "ping", "-c1", "-W2", ip)
-		return
+	_, err := exec.LookPath("ping")
+	if _, berr := exec.LookPath("busybox"); err != nil && berr != nil {
+		t.Fatalf("neither ping (iputils-ping) nor busybox is installed: cannot ping %s", ip)
 	}
-	if _, err := exec.LookPath("busybox"); err == nil {
-		mustRun(t, "busybox", "ping", "-c1", "-W2", ip)
-		return
+	if out, ok := pingPoll(ip, pingDeadline); !ok {
+		t.Fatalf("%s does not answer a ping from the host within %s:\n%s", ip, pingDeadline, out)
 	}
-	t.Fatalf("neither ping (iputils-ping) nor busybox is installed: cannot ping %s", ip)
 }
 
 // requireInSubnet fails unless ip parses and lies in the env's subnet.

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -151,7 +150,7 @@ func (e *env) pingFromPod(id, ip string) {
 	e.t.Helper()
 	var out string
 	var err error
-	if !poll(5*time.Second, func() bool {
+	if !poll(pingDeadline, func() bool {
 		out, err = e.inPodNetNS(id, "ping", "-c1", "-W2", ip)
 		return err == nil
 	}) {
@@ -163,7 +162,7 @@ func pingFromHost(t *testing.T, ip string) {
 	t.Helper()
 	var out string
 	var err error
-	if !poll(5*time.Second, func() bool {
+	if !poll(pingDeadline, func() bool {
 		out, err = runCmd("ping", "-c1", "-W2", ip)
 		return err == nil
 	}) {

@@ -62,7 +62,7 @@ func TestNetworkRestartKeepsPodIPs(t *testing.T) {
 			t.Errorf("after a %v restart: host-local store %v, want it unchanged: %v", sig, got, store)
 		}
 		for _, id := range ids {
-			if out, ok := pingPoll(want[id], 3*time.Second); !ok {
+			if out, ok := pingPoll(want[id], pingDeadline); !ok {
 				t.Errorf("after a %v restart: pod %s (%s) does not answer a ping:\n%s", sig, id, want[id], out)
 			}
 		}
@@ -119,7 +119,7 @@ func TestNetworkStartupTearDownOfDeadPod(t *testing.T) {
 	if holder := e.ipamStore()[aliveIP]; holder != alive {
 		t.Errorf("the running pod's IP %s is held by %q, want %s: the start-up teardown touched it", aliveIP, holder, alive)
 	}
-	if out, ok := pingPoll(aliveIP, 3*time.Second); !ok {
+	if out, ok := pingPoll(aliveIP, pingDeadline); !ok {
 		t.Errorf("the running pod %s no longer answers a ping:\n%s", aliveIP, out)
 	}
 	if got := e.podIPs(alive); !slices.Equal(got, []string{aliveIP}) {
