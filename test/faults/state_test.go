@@ -151,13 +151,24 @@ func killHung(t *testing.T, dir string) {
 // (5) Checkpoints damaged while netshim was down: one corrupt, one of a
 // newer version (99), one unreadable (a directory in place of the file).
 // netshim starts, reports each, and serves the intact sandbox and new ones.
+// The corrupt one's pod has a container: its sandbox keeps the pod's name
+// and namespace in every mode (a pause-less sandbox, which has no infra
+// container, takes them from that container's labels).
 func testDamagedCheckpoints(t *testing.T, w *world) {
 	n := w.start(w.conflist())
 	c := n.CRI()
+	// The corrupt one's pod shares no PID namespace, as kubelet's pods by
+	// default: under --sandbox-netns=pauseless it has no pause container.
+	podCfg := func(name string) *runtimeapi.PodSandboxConfig {
+		if name == "corrupt" {
+			return w.podConfig(name, 0, harness.WithPodNamespaceModes(runtimeapi.NamespaceMode_POD, runtimeapi.NamespaceMode_CONTAINER, runtimeapi.NamespaceMode_POD))
+		}
+		return w.podConfig(name, 0)
+	}
 	ids := map[string]string{}
 	for _, name := range []string{"corrupt", "newer", "unreadable", "intact"} {
 		ctx, cancel := rpcCtx(t.Context())
-		resp, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: w.podConfig(name, 0)})
+		resp, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg(name)})
 		cancel()
 		if err != nil {
 			t.Fatalf("RunPodSandbox %s: %v", name, err)
@@ -166,6 +177,18 @@ func testDamagedCheckpoints(t *testing.T, w *world) {
 		w.ledger.told(resp.PodSandboxId, name)
 	}
 	intactIP := w.status(ids["intact"]).GetNetwork().GetIp()
+	{
+		ctx, cancel := rpcCtx(t.Context())
+		cfg := harness.Container("app", workloadImage, harness.WithCommand("sleep", "300"))
+		resp, err := c.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: ids["corrupt"], Config: cfg, SandboxConfig: podCfg("corrupt")})
+		if err == nil {
+			_, err = c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId})
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("a container in the corrupt checkpoint's pod: %v", err)
+		}
+	}
 	n.MustStop(t, syscall.SIGTERM)
 
 	cpDir := filepath.Join(n.RootDir, "sandbox")
@@ -206,6 +229,9 @@ func testDamagedCheckpoints(t *testing.T, w *world) {
 	}
 	if st := w.status(ids["intact"]); st.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY || st.GetNetwork().GetIp() != intactIP {
 		t.Errorf("the intact sandbox is %s with IP %q after the restart, want READY with %s", st.GetState(), st.GetNetwork().GetIp(), intactIP)
+	}
+	if md, want := w.status(ids["corrupt"]).GetMetadata(), podCfg("corrupt").Metadata; md.GetName() != want.Name || md.GetNamespace() != want.Namespace || md.GetUid() != want.Uid {
+		t.Errorf("the corrupt checkpoint's sandbox has metadata %v after the restart, want its pod's %v", md, want)
 	}
 	ctx, cancel := rpcCtx(t.Context())
 	defer cancel()
