@@ -369,7 +369,7 @@ e2e-vm:
 node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
-## test: lint, unit, test-deb, fuzz, e2e, e2e-docker-netns, e2e-faults, conformance (critest), test-pauseless (e2e and
+## test: lint, unit, test-deb, fuzz, e2e, e2e-docker-netns, e2e-faults, soak (3 minutes a mode), conformance (critest), test-pauseless (e2e and
 # critest), e2e-kubelet (kubelet v1.37), then e2e-vm in the background while test-docker29 (e2e and critest on Docker 29),
 # e2e-takeover, e2e-cluster and node-conformance-quick run (all run; fails if any failed); the summary gives each one's
 # time. What it leaves to the targets themselves, because another suite of make test covers it: e2e-kubelet on kubelet
@@ -384,9 +384,9 @@ node-e2e-images: dockerd-start
 # - a target written bg:NAME runs in the background from that point on, its output in _output/test-NAME.out, shown at
 #   the end: e2e-vm, whose node touches nothing of the host's (engine, cgroups, network), so it cannot disturb the
 #   suites beside it.
-TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults conformance test-pauseless e2e-kubelet \
+TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults soak conformance test-pauseless e2e-kubelet \
 	bg:e2e-vm test-docker29 e2e-takeover e2e-cluster node-conformance-quick
-TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance'
+TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance' SOAK_MINUTES=3
 # PREBUILD=true runs no background builds (each suite builds what it needs itself).
 PREBUILD ?= hack/prebuild.sh
 test:
