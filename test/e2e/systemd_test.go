@@ -94,6 +94,10 @@ func TestSystemdSocketActivationAndNotify(t *testing.T) {
 			cmd.Process.Kill()
 			<-exited
 		}
+		// netshim never unmounts its netns dir; the dir goes with dir.
+		if err := n.UnmountNetNSDir(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
 		if t.Failed() {
 			t.Logf("notifications: %q\n%s", notify.Received(), n.LogTail(60))
 		}

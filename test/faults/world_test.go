@@ -134,6 +134,10 @@ func (s *scope) remove(t *testing.T) {
 			t.Logf("cleanup: umount %s: %v\n%s", s.mounts[i], err, out)
 		}
 	}
+	// Pins a failed scenario left, and netshim's netns dir mount.
+	if err := harness.UnmountUnder(s.dir); err != nil {
+		t.Logf("cleanup: %v", err)
+	}
 	if out, err := harness.RunCmd("ip", "link", "del", s.bridge); err != nil && !strings.Contains(out, "Cannot find device") {
 		t.Logf("cleanup: ip link del %s: %v\n%s", s.bridge, err, out)
 	}

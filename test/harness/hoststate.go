@@ -565,6 +565,12 @@ func mountsUnder(mountinfo, dir string) ([]string, error) {
 	return out, nil
 }
 
+// UnmountUnder unmounts everything at or below dir in this process's
+// mount namespace, as Restore does for a temp dir: a test's directory
+// after its leak audit, with the pins a failed run left and the mount
+// netshim makes of its --netns-dir.
+func UnmountUnder(dir string) error { return unmountUnder("/proc/self/mountinfo", dir) }
+
 // unmountUnder unmounts everything at or below dir, deepest first, lazily
 // when a plain unmount fails (a busy mount must not keep the dir).
 func unmountUnder(mountinfo, dir string) error {

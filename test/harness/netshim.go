@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -337,6 +338,33 @@ func (n *Netshim) MustStop(t testing.TB, sig syscall.Signal) {
 	}
 }
 
+// UnmountNetNSDir unmounts the mount netshim makes of its --netns-dir at
+// start-up (podns.EnsureUnbindable), and never unmounts itself, so that
+// the directory can be removed: for a netshim that has stopped. Pinned
+// namespaces still mounted in it keep it (EBUSY), and are reported: they
+// are leaks, and stay for the leak audit to count. A directory that is no
+// mount point (or is gone) is left as it is.
+func (n *Netshim) UnmountNetNSDir() error {
+	if n.Running() {
+		return fmt.Errorf("not unmounting %s: netshim is running", n.NetNSDir)
+	}
+	// Once per start that found no mount there; one is all netshim makes.
+	for range 10 {
+		err := syscall.Unmount(n.NetNSDir, 0)
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.ENOENT):
+			return nil
+		case errors.Is(err, syscall.EBUSY):
+			return fmt.Errorf("unmounting netshim's netns dir %s: %w (pinned namespaces are left mounted in it)", n.NetNSDir, err)
+		default:
+			return fmt.Errorf("unmounting netshim's netns dir %s: %w", n.NetNSDir, err)
+		}
+	}
+	return fmt.Errorf("%s is still a mount point after 10 unmounts", n.NetNSDir)
+}
+
 // LogTail returns the last lines of netshim's log.
 func (n *Netshim) LogTail(lines int) string {
 	return "---- last lines of " + n.LogPath + " ----\n" + tail(n.LogPath, lines)
@@ -379,6 +407,14 @@ func (n *Netshim) cleanup(t testing.TB) {
 	}
 	if err := n.Stop(syscall.SIGTERM); err != nil {
 		t.Errorf("stopping netshim: %v", err)
+	}
+	// The netns dir is the harness's own (in n.Dir): its mount goes with
+	// the netshim, or the directory cannot be removed. Pins left in it
+	// keep it, for the leak audit to count.
+	if strings.HasPrefix(n.NetNSDir, n.Dir+"/") {
+		if err := n.UnmountNetNSDir(); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
 	}
 	if t.Failed() {
 		t.Logf("netshim log:\n%s", n.LogTail(80))

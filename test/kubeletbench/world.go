@@ -271,6 +271,9 @@ func (w *world) stopRun(rw *runWorld) error {
 			copyFile(rw.netshim.LogPath, filepath.Join(rw.artifacts, "netshim.log"))
 		}
 		errs = append(errs, w.audit(rw.netshim.RootDir, rw.netshim.NetNSDir))
+		// netshim never unmounts its netns dir; the guard would, at the
+		// end of the bench, and each round has its own.
+		errs = append(errs, rw.netshim.UnmountNetNSDir())
 	}
 	return errors.Join(errs...)
 }
