@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/netshim/netshim/pkg/dockerservice"
 )
 
 // testOptions are options that keep everything run could touch inside dir.
@@ -27,6 +29,9 @@ func testOptions(dir string) *options {
 	o.kubenetIPAMDir = filepath.Join(dir, "ipam")
 	o.networkPlugin = "none"
 	o.streamingAddress = "127.0.0.1:0"
+	// No --netns-dir (so the docker mode): run would make it a mount of
+	// its own (podns.EnsureUnbindable), /run/netshim/netns by default.
+	o.netnsDir, o.sandboxNetNS = "", dockerservice.SandboxNetNSDocker
 	return o
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/netshim/netshim/pkg/layerusage"
 	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/podns"
 	"github.com/netshim/netshim/pkg/streaming"
 	"github.com/netshim/netshim/pkg/version"
 )
@@ -129,6 +130,9 @@ func run(ctx context.Context, opts *options) error {
 			Timeout:     opts.cniTimeout,
 			Metrics:     m,
 		}),
+	}
+	if err := ensureNetNSDir(opts); err != nil {
+		return err
 	}
 	ds, err := dockerservice.NewDockerService(dockerservice.Config{
 		PodInfraImage:     opts.podInfraImage,
@@ -310,4 +314,25 @@ func logSandboxNetNSMode(ctx context.Context, ds *dockerservice.DockerService) {
 	defer cancel()
 	mode, reason := ds.SandboxNetNSMode(ctx)
 	klog.InfoS("Sandbox network namespaces", "mode", mode, "reason", reason)
+}
+
+// ensureNetNSDir makes --netns-dir an unbindable mount before any pod's
+// namespaces are pinned in it, so that a container with a hostPath of /
+// or /run gets no copy of them (podns.EnsureUnbindable). Only the
+// current directory: one of an earlier --netns-dir that checkpoints still
+// name gets no new pins, and empties as its pods go. In the docker mode
+// nothing new is pinned either, and a failure is only logged.
+func ensureNetNSDir(opts *options) error {
+	if opts.netnsDir == "" {
+		return nil
+	}
+	err := podns.EnsureUnbindable(opts.netnsDir)
+	switch {
+	case err == nil:
+		return nil
+	case opts.sandboxNetNS == dockerservice.SandboxNetNSDocker:
+		klog.ErrorS(err, "Cannot make --netns-dir an unbindable mount; containers binding it or a directory above it get copies of the pinned namespaces in it", "netnsDir", opts.netnsDir)
+		return nil
+	}
+	return fmt.Errorf("--netns-dir %s: %w", opts.netnsDir, err)
 }

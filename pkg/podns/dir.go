@@ -1,0 +1,132 @@
+package podns
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/netshim/netshim/pkg/procutil"
+)
+
+// EnsureUnbindable makes dir, created if missing, a mount of its own
+// that is unbindable (MS_UNBINDABLE), before any pin is made in it.
+//
+// Docker binds a container's volumes recursively, and a recursive bind
+// copies every mount under its source: a container with a hostPath of /
+// or /run (a node agent's, often) would hold a copy of every pinned
+// namespace and pod /dev/shm in the directory for as long as it runs, and
+// those namespaces could not be freed after their pods are gone and
+// netshim unmounted its own files. A recursive bind leaves out unbindable
+// mounts and what is under them, so such a container sees the directory
+// empty. (A private mount would still be copied; it only stops mount
+// events from propagating.) An unbindable mount is private too: pins made
+// in it no longer propagate to other mount namespaces, which never was
+// how dockerd and runc see them (they must run in netshim's).
+//
+// A directory that already is a mount point (netshim restarted, or an
+// operator mounted something there) only gets the flag. One that is not
+// is bind-mounted onto itself first. That bind would hide the mounts
+// already in the directory: the pins of an earlier netshim, upgraded with
+// its pods running. They are bound again into the new mount, at the same
+// names, through a file descriptor of the directory opened before it was
+// covered, and their first mounts are then detached; the namespaces are
+// the same (same inode), and Pinner.Remove removes them as any other.
+// Between the self-bind and their new binds (microseconds, at start-up,
+// before netshim serves) they cannot be opened by path.
+//
+// netshim never unmounts the directory's own mount: the pins in it must
+// outlive netshim's restarts.
+func EnsureUnbindable(dir string) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("creating the pinned namespace directory: %w", err)
+	}
+	// Mountinfo shows paths without symlinks (/var/run is /run).
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return fmt.Errorf("resolving the pinned namespace directory: %w", err)
+	}
+	mounts, err := procutil.ReadMountinfo("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("reading this process's mounts: %w", err)
+	}
+	for _, m := range mounts {
+		if m.MountPoint == real {
+			return makeUnbindable(real)
+		}
+	}
+	// O_PATH: the directory as it is now, under what is mounted on it
+	// next; /proc/self/fd/N/NAME reaches the mounts in it still.
+	fd, err := unix.Open(real, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the pinned namespace directory: %w", err)
+	}
+	defer unix.Close(fd)
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &stx); err != nil {
+		return fmt.Errorf("reading the mount of the pinned namespace directory: %w", err)
+	}
+	// What the self-bind hides: the mounts on the directory's mount
+	// whose mount points are directly in the directory, where Pin and
+	// MountShm put theirs.
+	var hidden []string
+	for _, m := range mounts {
+		rel, ok := strings.CutPrefix(m.MountPoint, real+"/")
+		if ok && !strings.Contains(rel, "/") && uint64(m.Parent) == stx.Mnt_id {
+			hidden = append(hidden, rel)
+		}
+	}
+	if err := unix.Mount(real, real, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mounting the pinned namespace directory %s onto itself: %w", real, err)
+	}
+	// Unbindable before the binds below: a self-bind on a shared mount
+	// joins its peer group, and the binds would propagate to its peers.
+	if err := makeUnbindable(real); err != nil {
+		return errors.Join(err, unmountSelfBind(real, nil))
+	}
+	old := fmt.Sprintf("/proc/self/fd/%d/", fd)
+	var rebound []string
+	for _, rel := range hidden {
+		// MS_REC: whatever is mounted under the pin (nothing netshim
+		// makes) comes with it.
+		if err := unix.Mount(old+rel, filepath.Join(real, rel), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			err = fmt.Errorf("binding %s again into the pinned namespace directory's own mount: %w", filepath.Join(real, rel), err)
+			return errors.Join(err, unmountSelfBind(real, rebound))
+		}
+		rebound = append(rebound, rel)
+	}
+	var errs []error
+	for _, rel := range hidden {
+		if err := unix.Unmount(old+rel, unix.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("detaching the first mount of %s, under the pinned namespace directory's own mount: %w", filepath.Join(real, rel), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// makeUnbindable sets MS_UNBINDABLE on the mount at dir.
+func makeUnbindable(dir string) error {
+	if err := unix.Mount("", dir, "", unix.MS_UNBINDABLE, ""); err != nil {
+		return fmt.Errorf("making the pinned namespace directory %s an unbindable mount: %w", dir, err)
+	}
+	return nil
+}
+
+// unmountSelfBind undoes a failed EnsureUnbindable: the binds it made in
+// the directory's new mount, then that mount, so that the mounts it hid
+// are there again.
+func unmountSelfBind(dir string, rebound []string) error {
+	var errs []error
+	for _, rel := range rebound {
+		if err := unix.Unmount(filepath.Join(dir, rel), unix.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("undoing: %w", err))
+		}
+	}
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+		errs = append(errs, fmt.Errorf("undoing the bind of %s onto itself: %w", dir, err))
+	}
+	return errors.Join(errs...)
+}
