@@ -17,15 +17,19 @@ import (
 //
 // Docker binds a container's volumes recursively, and a recursive bind
 // copies every mount under its source: a container with a hostPath of /
-// or /run (a node agent's, often) would hold a copy of every pinned
-// namespace and pod /dev/shm in the directory for as long as it runs, and
-// those namespaces could not be freed after their pods are gone and
-// netshim unmounted its own files. A recursive bind leaves out unbindable
-// mounts and what is under them, so such a container sees the directory
-// empty. (A private mount would still be copied; it only stops mount
-// events from propagating.) An unbindable mount is private too: pins made
-// in it no longer propagate to other mount namespaces, which never was
-// how dockerd and runc see them (they must run in netshim's).
+// or /run (a node agent's, often) gets a copy of every pinned namespace
+// and pod /dev/shm in the directory, which holds those namespaces until
+// netshim deletes the file (the kernel then detaches the mounts other
+// namespaces have on it). A recursive bind leaves out unbindable mounts
+// and what is under them, so such a bind sees the directory without them.
+// (A private mount would still be copied; it only stops mount events from
+// propagating.) runc binds in the container's new mount namespace, a copy
+// of the node's: that helps only where the kernel keeps the copy
+// unbindable, and 6.18 does not (tested: unshare -m, then a recursive
+// bind of the parent copies the pins). An unbindable mount is private
+// too: pins made in it no longer propagate to other mount namespaces,
+// which never was how dockerd and runc see them (they must run in
+// netshim's).
 //
 // A directory that already is a mount point (netshim restarted, or an
 // operator mounted something there) only gets the flag. One that is not
