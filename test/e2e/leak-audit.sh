@@ -23,7 +23,8 @@
 #   netns       pinned pod namespaces (--sandbox-netns=pinned|pauseless): files in
 #               each netns dir, and, without --no-defaults, any namespace mount
 #               (nsfs) named pod-*.net|ipc|uts or tmpfs named pod-*.shm anywhere,
-#               e.g. in a test's removed directory
+#               e.g. in a test's removed directory; a netns dir's own mount (netshim
+#               makes each an unbindable mount and never unmounts it) is no leak
 #   tmp         leftover e2e temp dirs (${TMPDIR:-/tmp}/nse2e*), whose stores and
 #               checkpoints are audited too (with --e2e-tmp)
 #
