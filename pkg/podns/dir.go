@@ -49,7 +49,7 @@ func EnsureUnbindable(dir string) error {
 		return fmt.Errorf("creating the pinned namespace directory: %w", err)
 	}
 	// Mountinfo shows paths without symlinks (/var/run is /run).
-	real, err := filepath.EvalSymlinks(dir)
+	resolved, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return fmt.Errorf("resolving the pinned namespace directory: %w", err)
 	}
@@ -58,13 +58,13 @@ func EnsureUnbindable(dir string) error {
 		return fmt.Errorf("reading this process's mounts: %w", err)
 	}
 	for _, m := range mounts {
-		if m.MountPoint == real {
-			return makeUnbindable(real)
+		if m.MountPoint == resolved {
+			return makeUnbindable(resolved)
 		}
 	}
 	// O_PATH: the directory as it is now, under what is mounted on it
 	// next; /proc/self/fd/N/NAME reaches the mounts in it still.
-	fd, err := unix.Open(real, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(resolved, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening the pinned namespace directory: %w", err)
 	}
@@ -78,34 +78,34 @@ func EnsureUnbindable(dir string) error {
 	// MountShm put theirs.
 	var hidden []string
 	for _, m := range mounts {
-		rel, ok := strings.CutPrefix(m.MountPoint, real+"/")
+		rel, ok := strings.CutPrefix(m.MountPoint, resolved+"/")
 		if ok && !strings.Contains(rel, "/") && uint64(m.Parent) == stx.Mnt_id {
 			hidden = append(hidden, rel)
 		}
 	}
-	if err := unix.Mount(real, real, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind-mounting the pinned namespace directory %s onto itself: %w", real, err)
+	if err := unix.Mount(resolved, resolved, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mounting the pinned namespace directory %s onto itself: %w", resolved, err)
 	}
 	// Unbindable before the binds below: a self-bind on a shared mount
 	// joins its peer group, and the binds would propagate to its peers.
-	if err := makeUnbindable(real); err != nil {
-		return errors.Join(err, unmountSelfBind(real, nil))
+	if err := makeUnbindable(resolved); err != nil {
+		return errors.Join(err, unmountSelfBind(resolved, nil))
 	}
 	old := fmt.Sprintf("/proc/self/fd/%d/", fd)
 	var rebound []string
 	for _, rel := range hidden {
 		// MS_REC: whatever is mounted under the pin (nothing netshim
 		// makes) comes with it.
-		if err := unix.Mount(old+rel, filepath.Join(real, rel), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			err = fmt.Errorf("binding %s again into the pinned namespace directory's own mount: %w", filepath.Join(real, rel), err)
-			return errors.Join(err, unmountSelfBind(real, rebound))
+		if err := unix.Mount(old+rel, filepath.Join(resolved, rel), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			err = fmt.Errorf("binding %s again into the pinned namespace directory's own mount: %w", filepath.Join(resolved, rel), err)
+			return errors.Join(err, unmountSelfBind(resolved, rebound))
 		}
 		rebound = append(rebound, rel)
 	}
 	var errs []error
 	for _, rel := range hidden {
 		if err := unix.Unmount(old+rel, unix.MNT_DETACH); err != nil {
-			errs = append(errs, fmt.Errorf("detaching the first mount of %s, under the pinned namespace directory's own mount: %w", filepath.Join(real, rel), err))
+			errs = append(errs, fmt.Errorf("detaching the first mount of %s, under the pinned namespace directory's own mount: %w", filepath.Join(resolved, rel), err))
 		}
 	}
 	return errors.Join(errs...)
