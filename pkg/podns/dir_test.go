@@ -150,6 +150,15 @@ func TestEnsureUnbindable(t *testing.T) {
 	if again := requireUnbindableMount(t, dir); again != id {
 		t.Errorf("a second EnsureUnbindable made mount %d, want %d kept", again, id)
 	}
+	// Held open, the namespaces outlive their files: their inode numbers
+	// cannot be reused by someone else's namespace mounted meanwhile.
+	for _, path := range paths {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+	}
 	for _, path := range []string{paths[Net], paths[IPC], shm} {
 		if err := p.Remove(path); err != nil {
 			t.Fatal(err)

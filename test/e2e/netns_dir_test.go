@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/podns"
@@ -94,6 +95,18 @@ func TestNetNSDirUnbindable(t *testing.T) {
 				t.Fatalf("pid of B's container: %v", err)
 			}
 
+			// Held open, A's namespaces outlive its files: their inode
+			// numbers cannot be reused by another pod's meanwhile.
+			for kind, f := range files {
+				if kind == "shm" {
+					continue
+				}
+				fd, err := unix.Open(f, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer unix.Close(fd)
+			}
 			e.mustCrictl("stopp", a)
 			e.mustCrictl("rmp", a)
 			for _, f := range files {
