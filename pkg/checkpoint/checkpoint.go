@@ -109,17 +109,12 @@ type Pauseless struct {
 	Labels map[string]string `json:"labels"`
 	// What every container of the pod is created with: Docker writes
 	// hostname and resolv.conf per container. Sysctls are the pod's
-	// namespaced sysctls.
+	// namespaced sysctls, which netshim wrote into the pinned namespaces
+	// before the CNI ADD (kept for the record: no container gets them).
 	Hostname     string            `json:"hostname,omitempty"`
 	DNS          *DNS              `json:"dns,omitempty"`
 	Sysctls      map[string]string `json:"sysctls,omitempty"`
 	CgroupParent string            `json:"cgroupParent,omitempty"`
-	// SysctlsWritten says netshim wrote Sysctls into the pinned
-	// namespaces itself, before the CNI ADD, and the containers are
-	// created without them. false in a sandbox of an earlier netshim,
-	// which left them to runc at each container's start: its new
-	// containers still get them, as its first ones did.
-	SysctlsWritten bool `json:"sysctlsWritten,omitempty"`
 	// Stopped is written by StopPodSandbox: a stopped pause-less sandbox
 	// stays NOTREADY across restarts, with or without its namespaces.
 	Stopped bool `json:"stopped,omitempty"`

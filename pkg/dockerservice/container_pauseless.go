@@ -20,8 +20,10 @@ const devShm = "/dev/shm"
 // would have given the container comes from the checkpoint: the hostname
 // and resolv.conf (Docker writes both per container). The pod's sysctls
 // are in its namespaces already, written before the CNI ADD
-// (runPauselessSandbox); only a sandbox of an earlier netshim has them
-// applied by runc at each container's start, as it had before.
+// (runPauselessSandbox), and the wrapper drops those of the namespaces it
+// pins from the container's config (podns.ApplyToConfig): a sandbox of an
+// earlier netshim had them written by its first containers, and its
+// namespaces keep them.
 func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, in containerDockerInput) error {
 	ns := in.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	cp := in.pauseless
@@ -45,12 +47,6 @@ func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, 
 		hc.IpcMode = "private"
 		paths[podns.IPC] = pl.IPC
 	}
-	if !pl.SysctlsWritten {
-		// A sandbox of an earlier netshim, which left the sysctls to
-		// runc at each container's start: its new containers get them
-		// too, the values its first ones set.
-		hc.Sysctls = podSysctlsFor(pl.Sysctls, paths)
-	}
 	if len(paths) > 0 && in.ociKey == nil {
 		return errNoOCIKey
 	}
@@ -58,27 +54,6 @@ func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, 
 	// wrapper, and netshim's entry overrides one the image's ENV has.
 	config.Env = append(config.Env, paths.Env(in.ociKey))
 	return setPidAndUserns(hc, in, "")
-}
-
-// podSysctlsFor keeps the pod's sysctls of the namespaces the container
-// shares with its pod: a network sysctl in a container on the node's
-// network would change the node's. Only for the containers of a sandbox
-// whose sysctls netshim did not write (checkpoint.Pauseless.SysctlsWritten).
-func podSysctlsFor(sysctls map[string]string, paths podns.Paths) map[string]string {
-	if len(sysctls) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(sysctls))
-	for k, v := range sysctls {
-		parts, ok := podns.SplitSysctl(k)
-		if !ok {
-			continue // refused when the sandbox was run
-		}
-		if kind := podns.SysctlKind(parts); kind != "" && paths[kind] != "" {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 // pauselessShmBind binds the pod's /dev/shm into a container of a

@@ -3,7 +3,6 @@ package dockerservice
 import (
 	"context"
 	"fmt"
-	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -229,49 +228,6 @@ func TestCreateContainerInNotReadyPauselessSandbox(t *testing.T) {
 			t.Errorf("%d creates", n)
 		}
 	})
-}
-
-func TestPodSysctlsFor(t *testing.T) {
-	all := podns.Paths{podns.Net: "/n", podns.IPC: "/i", podns.UTS: "/u"}
-	pod := map[string]string{
-		"net.ipv4.ip_unprivileged_port_start": "0",
-		"net/ipv4/conf/eth0.100/forwarding":   "1",
-		"kernel.shm_rmid_forced":              "1",
-		"kernel.msgmax":                       "8192",
-		"kernel.sem":                          "250 32000 100 128",
-		"fs.mqueue.msg_max":                   "20",
-		"kernel.domainname":                   "example.com",
-	}
-	net := map[string]string{"net.ipv4.ip_unprivileged_port_start": "0", "net/ipv4/conf/eth0.100/forwarding": "1"}
-	ipc := map[string]string{"kernel.shm_rmid_forced": "1", "kernel.msgmax": "8192", "kernel.sem": "250 32000 100 128", "fs.mqueue.msg_max": "20"}
-	uts := map[string]string{"kernel.domainname": "example.com"}
-	union := func(ms ...map[string]string) map[string]string {
-		out := map[string]string{}
-		for _, m := range ms {
-			maps.Copy(out, m)
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		name    string
-		sysctls map[string]string
-		paths   podns.Paths
-		want    map[string]string
-	}{
-		{name: "none", paths: all},
-		{name: "every namespace shared", sysctls: pod, paths: all, want: pod},
-		{name: "node network", sysctls: pod, paths: podns.Paths{podns.IPC: "/i"}, want: ipc},
-		{name: "node IPC", sysctls: pod, paths: podns.Paths{podns.Net: "/n", podns.UTS: "/u"}, want: union(net, uts)},
-		{name: "node network and IPC", sysctls: pod, paths: podns.Paths{}, want: map[string]string{}},
-		{name: "not namespaced or malformed", sysctls: map[string]string{"vm.swappiness": "1", "kernel.pid_max": "9", "net..x": "1", "": "1"}, paths: all, want: map[string]string{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := podSysctlsFor(tc.sysctls, tc.paths)
-			if !maps.Equal(got, tc.want) || (tc.want == nil) != (got == nil) {
-				t.Errorf("podSysctlsFor = %v, want %v", got, tc.want)
-			}
-		})
-	}
 }
 
 func TestPauselessShmBind(t *testing.T) {

@@ -121,14 +121,13 @@ func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeap
 		hostname = id[:12]
 	}
 	pl := &checkpoint.Pauseless{
-		IPC:            paths[podns.IPC],
-		UTS:            paths[podns.UTS],
-		Shm:            shm,
-		Labels:         labels,
-		Hostname:       hostname,
-		Sysctls:        maps.Clone(linux.GetSysctls()),
-		SysctlsWritten: true,
-		CgroupParent:   cgroupParent,
+		IPC:          paths[podns.IPC],
+		UTS:          paths[podns.UTS],
+		Shm:          shm,
+		Labels:       labels,
+		Hostname:     hostname,
+		Sysctls:      maps.Clone(linux.GetSysctls()),
+		CgroupParent: cgroupParent,
 	}
 	if dns := cfg.GetDnsConfig(); dns != nil {
 		pl.DNS = &checkpoint.DNS{Servers: dns.Servers, Searches: dns.Searches, Options: dns.Options}

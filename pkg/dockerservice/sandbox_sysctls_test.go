@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -144,8 +143,8 @@ func TestPodSysctlsBeforeTheADD(t *testing.T) {
 				if len(writes) != 1 || !sameWrite(writes[0], want) {
 					t.Fatalf("sysctl writes %+v, want one %+v", writes, want)
 				}
-				if !pl.SysctlsWritten || !maps.Equal(pl.Sysctls, podSysctls()) {
-					t.Errorf("checkpoint sysctls %v written %v, want the pod's, written", pl.Sysctls, pl.SysctlsWritten)
+				if !maps.Equal(pl.Sysctls, podSysctls()) {
+					t.Errorf("checkpoint sysctls %v, want the pod's", pl.Sysctls)
 				}
 				e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
 				pe := &podEnv{testEnv: e, sandboxID: id, sandbox: sysctlPodConfig("web")}
@@ -246,44 +245,60 @@ func TestPodSysctlRefusedUndoesSandbox(t *testing.T) {
 	}
 }
 
-// A pause-less sandbox made by an earlier netshim had its sysctls written
-// by runc at each container's start, never by netshim: after an upgrade
-// its new containers still get them (those of the namespaces they share),
-// as its first ones did.
-func TestPauselessSandboxOfEarlierNetshimKeepsContainerSysctls(t *testing.T) {
+// In the pinned and pause-less modes the engine's defaults for a network
+// namespace of a container's own go into the pod's netns with the pod's
+// sysctls, before the ADD; a pod's own value of one wins, in either name
+// form. (The wrapper drops them from the containers' configs:
+// podns.TestApplyToConfigDropsSysctlsOfPinnedNamespaces.)
+func TestPodSysctlsWithEngineDefaults(t *testing.T) {
+	requireRoot(t)
+	defaults := map[string]string{"net.ipv4.ping_group_range": "0 2147483647", "net.ipv4.ip_unprivileged_port_start": "0"}
+	for _, mode := range []string{SandboxNetNSPinned, SandboxNetNSPauseless} {
+		t.Run(mode, func(t *testing.T) {
+			e, _ := newPinnedEnv(t, mode, true)
+			e.ds.netSysctlDefaults = defaults
+			w := watchSysctls(e)
+			cfg := sysctlPodConfig("web")
+			cfg.Linux.Sysctls["net/ipv4/ip_unprivileged_port_start"] = "1001"
+			e.run(t, cfg)
+			writes := w.snapshot()
+			if len(writes) != 1 {
+				t.Fatalf("sysctl writes %+v, want one", writes)
+			}
+			want := maps.Clone(cfg.Linux.Sysctls)
+			want["net.ipv4.ping_group_range"] = "0 2147483647"
+			if !maps.Equal(writes[0].sysctls, want) {
+				t.Errorf("sysctls written %v, want %v: the pod's with the engine's defaults it does not set", writes[0].sysctls, want)
+			}
+		})
+	}
+}
+
+func TestEngineNetSysctlDefaults(t *testing.T) {
+	has := map[string]bool{"net.ipv4.ping_group_range": true}
+	got := engineNetSysctlDefaults(func(name string) bool { return has[name] })
+	if want := map[string]string{"net.ipv4.ping_group_range": "0 2147483647"}; !maps.Equal(got, want) {
+		t.Errorf("defaults %v, want %v (only what the kernel has)", got, want)
+	}
+	if !hostHasSysctl("net.ipv4.ip_forward") || hostHasSysctl("net.ipv4.no_such_setting") || hostHasSysctl("net..x") {
+		t.Errorf("hostHasSysctl: want true for net.ipv4.ip_forward only")
+	}
 	for _, tc := range []struct {
-		name string
-		ns   *runtimeapi.NamespaceOption
-		want map[string]string
+		name              string
+		sysctls, defaults map[string]string
+		want              map[string]string
 	}{
-		{"pod namespaces", &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}, podSysctls()},
-		{"node network", &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_CONTAINER}, map[string]string{"kernel.shm_rmid_forced": "1"}},
+		{name: "no defaults", sysctls: map[string]string{"a.b": "1"}, want: map[string]string{"a.b": "1"}},
+		{name: "no pod sysctls", defaults: map[string]string{"net.x": "0"}, want: map[string]string{"net.x": "0"}},
+		{name: "pod's value wins, slashed form", sysctls: map[string]string{"net/x": "5"}, defaults: map[string]string{"net.x": "0", "net.y": "1"}, want: map[string]string{"net/x": "5", "net.y": "1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, dir := newPauselessEnv(t)
-			e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
-			id := e.run(t, sysctlPodConfig("web"))
-			cp, err := e.ckpt.Get(id)
-			if err != nil {
-				t.Fatal(err)
+			in := maps.Clone(tc.sysctls)
+			if got := withDefaults(tc.sysctls, tc.defaults); !maps.Equal(got, tc.want) {
+				t.Errorf("withDefaults = %v, want %v", got, tc.want)
 			}
-			// The checkpoint as the earlier netshim wrote it: no
-			// sysctlsWritten.
-			pl := *cp.Pauseless
-			pl.SysctlsWritten = false
-			cp.Pauseless = &pl
-			if err := e.ckpt.Put(cp); err != nil {
-				t.Fatal(err)
-			}
-			data, err := os.ReadFile(filepath.Join(e.root, "sandbox", id+".json"))
-			if err != nil || strings.Contains(string(data), "sysctlsWritten") {
-				t.Fatalf("checkpoint %s, %v: want one without sysctlsWritten", data, err)
-			}
-			ds, plugin := e.restartWith(t, func(c *Config) { c.SandboxNetNS, c.NetNSDir = SandboxNetNSPauseless, dir }) // the upgrade
-			up := &podEnv{testEnv: &testEnv{ds: ds, docker: e.docker, plugin: plugin, ckpt: e.ckpt, root: e.root}, sandboxID: id, sandbox: sysctlPodConfig("web")}
-			_, hc := up.createInspect(t, withNamespaces(ctrConfig("app"), tc.ns))
-			if !maps.Equal(hc.Sysctls, tc.want) {
-				t.Errorf("container sysctls %v, want %v", hc.Sysctls, tc.want)
+			if !maps.Equal(in, tc.sysctls) {
+				t.Errorf("withDefaults changed its argument: %v", tc.sysctls)
 			}
 		})
 	}

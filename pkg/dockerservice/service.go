@@ -113,6 +113,10 @@ type DockerService struct {
 	// writeSysctls writes a pod's sysctls into its pinned namespaces,
 	// before the CNI ADD (podns.WriteSysctls; sandbox_sysctls.go).
 	writeSysctls func(podns.Paths, map[string]string) error
+	// netSysctlDefaults are the engine's defaults for a pod network
+	// namespace, written with the pod's own before the ADD
+	// (engineNetSysctlDefaults; sandbox_sysctls.go).
+	netSysctlDefaults map[string]string
 
 	// lifecycle serialises RunPodSandbox (from the moment its container
 	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
@@ -169,17 +173,18 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		cfg.StopTimeout = 10 * time.Second
 	}
 	ds := &DockerService{
-		cfg:              cfg,
-		client:           client,
-		checkpoints:      checkpoints,
-		sandboxes:        map[string]*checkpoint.PodSandbox{},
-		checkpointIssues: map[string]checkpointIssue{},
-		creating:         map[string]bool{},
-		imagePresent:     map[string]bool{},
-		pinning:          map[string]bool{},
-		unpinned:         map[string]bool{},
-		writeSysctls:     podns.WriteSysctls,
-		containers:       newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
+		cfg:               cfg,
+		client:            client,
+		checkpoints:       checkpoints,
+		sandboxes:         map[string]*checkpoint.PodSandbox{},
+		checkpointIssues:  map[string]checkpointIssue{},
+		creating:          map[string]bool{},
+		imagePresent:      map[string]bool{},
+		pinning:           map[string]bool{},
+		unpinned:          map[string]bool{},
+		writeSysctls:      podns.WriteSysctls,
+		netSysctlDefaults: engineNetSysctlDefaults(hostHasSysctl),
+		containers:        newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
 	}
 	ds.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
 	ds.index = ds.newIndex()

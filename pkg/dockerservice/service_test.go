@@ -131,6 +131,9 @@ func startService(t testing.TB, ds *DockerService) {
 	// The kernel is never asked from these tests: pkg/podns tests the
 	// writer; sandbox_sysctls_test.go replaces this to watch it.
 	ds.writeSysctls = func(podns.Paths, map[string]string) error { return nil }
+	// Nor the host's sysctls: the tests that want the engine's defaults
+	// set them.
+	ds.netSysctlDefaults = nil
 	ctx, cancel := context.WithCancel(context.Background())
 	ds.Start(ctx)
 	t.Cleanup(func() {

@@ -59,6 +59,12 @@ func ApplyToConfig(config []byte, accept func(value string) (Paths, error)) ([]b
 	if linux["namespaces"], err = json.Marshal(nss); err != nil {
 		return nil, false, err
 	}
+	if linux["sysctl"], err = dropSysctlsOf(linux["sysctl"], paths); err != nil {
+		return nil, false, err
+	}
+	if linux["sysctl"] == nil {
+		delete(linux, "sysctl")
+	}
 	if _, ok := paths[Net]; ok {
 		if top["hooks"], err = dropLibnetworkHooks(top["hooks"]); err != nil {
 			return nil, false, err
@@ -78,6 +84,44 @@ func ApplyToConfig(config []byte, accept func(value string) (Paths, error)) ([]b
 	}
 	out, err := json.Marshal(top)
 	return out, err == nil, err
+}
+
+// dropSysctlsOf removes from an OCI config's linux.sysctl those of the
+// namespace kinds paths puts the container in. netshim wrote the pod's
+// sysctls there before its network was set up (WriteSysctls; "Sysctls and
+// the network" in docs/design/sandbox-modes.md), and nothing may write them
+// again once the CNI ADD ran: Docker gives every container with a network
+// namespace of its own (network "none", which is what it sees here) its
+// defaults, net.ipv4.ip_unprivileged_port_start=0 and
+// net.ipv4.ping_group_range, and runc would write them into the pod's
+// shared namespace at each container's start, over the pod's own values
+// and after the ADD.
+func dropSysctlsOf(raw json.RawMessage, paths Paths) (json.RawMessage, error) {
+	if len(raw) == 0 || isNull(raw) {
+		return raw, nil
+	}
+	var sysctls map[string]string
+	if err := json.Unmarshal(raw, &sysctls); err != nil {
+		return nil, fmt.Errorf("parsing linux.sysctl: %w", err)
+	}
+	dropped := false
+	for name := range sysctls {
+		parts, ok := SplitSysctl(name)
+		if !ok {
+			continue // runc refuses it, as it would have
+		}
+		if _, ok := paths[SysctlKind(parts)]; ok {
+			delete(sysctls, name)
+			dropped = true
+		}
+	}
+	switch {
+	case !dropped:
+		return raw, nil
+	case len(sysctls) == 0:
+		return nil, nil
+	}
+	return json.Marshal(sysctls)
 }
 
 // libnetworkHook is the first argument of the prestart hook through which

@@ -198,3 +198,51 @@ func TestStripFromProcess(t *testing.T) {
 		t.Error("bad JSON: no error")
 	}
 }
+
+// Docker gives a container with a network namespace of its own its default
+// net sysctls; in a pod's pinned namespaces netshim wrote the pod's before
+// the ADD, and runc must not write any again.
+func TestApplyToConfigDropsSysctlsOfPinnedNamespaces(t *testing.T) {
+	docker := `"net.ipv4.ip_unprivileged_port_start":"0","net.ipv4.ping_group_range":"0 2147483647","kernel.shm_rmid_forced":"1","net/ipv4/conf/default/rp_filter":"2"`
+	for _, tc := range []struct {
+		name   string
+		marker string
+		in     string // linux.sysctl's members
+		want   map[string]string
+	}{
+		{name: "net pinned: net ones dropped, IPC kept", marker: "net=/d/p.net", in: docker, want: map[string]string{"kernel.shm_rmid_forced": "1"}},
+		{name: "net and IPC pinned: all dropped", marker: "net=/d/p.net,ipc=/d/p.ipc,uts=/d/p.uts", in: docker, want: nil},
+		{name: "IPC pinned only: net ones kept", marker: "ipc=/d/p.ipc", in: docker, want: map[string]string{
+			"net.ipv4.ip_unprivileged_port_start": "0", "net.ipv4.ping_group_range": "0 2147483647", "net/ipv4/conf/default/rp_filter": "2"}},
+		{name: "a name runc refuses is left to it", marker: "net=/d/p.net", in: `"net..x":"1","fs.file-max":"9"`, want: map[string]string{"net..x": "1", "fs.file-max": "9"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := `{"process":{"env":["` + EnvKey + `=` + tc.marker + `"]},"linux":{"sysctl":{` + tc.in + `}}}`
+			out, changed, err := ApplyToConfig([]byte(in), acceptAll)
+			if err != nil || !changed {
+				t.Fatalf("ApplyToConfig: changed %v, %v", changed, err)
+			}
+			var cfg struct {
+				Linux map[string]json.RawMessage `json:"linux"`
+			}
+			if err := json.Unmarshal(out, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]string
+			if raw, ok := cfg.Linux["sysctl"]; ok {
+				if err := json.Unmarshal(raw, &got); err != nil {
+					t.Fatal(err)
+				}
+				if len(got) == 0 {
+					t.Errorf("an empty linux.sysctl is left: %s", raw)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("linux.sysctl = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if _, _, err := ApplyToConfig([]byte(`{"process":{"env":["`+EnvKey+`=net=/d/p.net"]},"linux":{"sysctl":["x"]}}`), acceptAll); err == nil || !strings.Contains(err.Error(), "linux.sysctl") {
+		t.Errorf("a malformed linux.sysctl: error %v, want one naming it", err)
+	}
+}

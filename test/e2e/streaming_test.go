@@ -211,9 +211,8 @@ func (e *env) runPod(name string) (string, *runtimeapi.PodSandboxConfig) {
 }
 
 // startContainer creates and starts a container of the workload image,
-// changed by opts, in a pod and waits until it runs. While
-// CreateContainer is not implemented (another part of the work), the test
-// is skipped, so it starts running by itself once containers land.
+// changed by opts, in a pod and waits until it runs; a failure fails the
+// test.
 func (e *env) startContainer(podID string, podCfg *runtimeapi.PodSandboxConfig, name string, opts ...harness.ContainerOption) string {
 	e.t.Helper()
 	cfg := harness.Container(name, workloadImage, opts...)

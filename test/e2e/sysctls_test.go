@@ -21,8 +21,9 @@ import (
 // NETSHIM_SANDBOX_NETNS=docker, pinned and pauseless): eth0, which the ADD
 // makes, inherits the pod's net.ipv4.conf.default.rp_filter, and a pod
 // that sets net.ipv6.conf.all.disable_ipv6=1 keeps the IPv6 address its
-// status reports. A sysctl that does not exist before the ADD (an
-// interface's) fails RunPodSandbox and leaves nothing.
+// status reports; the pod's containers write none of them again. A sysctl
+// that does not exist before the ADD (an interface's) fails RunPodSandbox
+// and leaves nothing.
 func TestPodSysctlsBeforeNetwork(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.writeChain([]map[string]any{{
@@ -47,9 +48,10 @@ func TestPodSysctlsBeforeNetwork(t *testing.T) {
 	if strings.TrimSpace(string(host)) == "2" {
 		rp = "1"
 	}
-	id, _ := e.runPodWith("sysctl", harness.WithSysctls(map[string]string{
-		"net.ipv4.conf.default.rp_filter": rp,
-		"net.ipv6.conf.all.disable_ipv6":  "1",
+	id, podCfg := e.runPodWith("sysctl", harness.WithSysctls(map[string]string{
+		"net.ipv4.conf.default.rp_filter":     rp,
+		"net.ipv6.conf.all.disable_ipv6":      "1",
+		"net.ipv4.ip_unprivileged_port_start": "1001",
 	}))
 	cp := e.readCheckpoint(id)
 	mode := "docker"
@@ -82,6 +84,19 @@ func TestPodSysctlsBeforeNetwork(t *testing.T) {
 	}
 	if out, err := e.inPodNetNS(id, "ip", "-6", "-o", "addr", "show", "dev", "eth0"); err != nil || !strings.Contains(out, " "+v6+"/") {
 		t.Errorf("eth0's IPv6 addresses %q (%v): the status reports %s, which all.disable_ipv6=1 written after the ADD removed", out, err, v6)
+	}
+	// A container's start writes nothing into the pod's netns: Docker
+	// gives every container with a netns of its own its defaults
+	// (ip_unprivileged_port_start=0, ping_group_range), which runc wrote
+	// over the pod's value in the pinned and pause-less modes. The pod
+	// keeps its own; the engine's other default is there in every mode.
+	e.startContainer(id, podCfg, "app", harness.WithCommand("sleep", "3600"))
+	got, err = e.inPodNetNS(id, "cat", "/proc/sys/net/ipv4/ip_unprivileged_port_start", "/proc/sys/net/ipv4/ping_group_range")
+	if err != nil {
+		t.Fatalf("reading the pod's netns after its container started: %v\n%s", err, got)
+	}
+	if f := strings.Fields(got); len(f) != 3 || f[0] != "1001" || f[1] != "0" || f[2] != "2147483647" {
+		t.Errorf("ip_unprivileged_port_start and ping_group_range in the pod after its container started: %q, want 1001 (the pod's) and \"0 2147483647\" (the engine's default)", f)
 	}
 	e.mustCrictl("stopp", id)
 	e.mustCrictl("rmp", id)
