@@ -5,6 +5,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"sort"
@@ -28,11 +29,38 @@ var scenarios = []scenario{
 	{"duplicate-run-pod-sandbox", testDuplicateRunPodSandbox},
 }
 
-// TestFaults runs the scenarios in order, each on a scope of its own,
-// audits for leaks after each, and prints one line per scenario and a
-// summary.
+// only is the set of scenarios FAULTS_ONLY names (comma-separated), nil
+// when it is unset: every scenario runs.
+func only(t *testing.T) map[string]bool {
+	v := strings.TrimSpace(os.Getenv("FAULTS_ONLY"))
+	if v == "" {
+		return nil
+	}
+	known := map[string]bool{}
+	for _, sc := range scenarios {
+		known[sc.name] = true
+	}
+	set := map[string]bool{}
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if !known[name] {
+			var names []string
+			for _, sc := range scenarios {
+				names = append(names, sc.name)
+			}
+			t.Fatalf("FAULTS_ONLY names %q, which is no scenario; they are: %s", name, strings.Join(names, ", "))
+		}
+		set[name] = true
+	}
+	return set
+}
+
+// TestFaults runs the scenarios in order (those FAULTS_ONLY names, if
+// set), each on a scope of its own, audits for leaks after each, and
+// prints one line per scenario and a summary.
 func TestFaults(t *testing.T) {
 	s := requireSuite(t)
+	selected := only(t)
 	// What leaks before the suite (another run's debris) is not counted
 	// against any scenario.
 	baseline, err := audit(s, "--no-defaults")
@@ -48,6 +76,11 @@ func TestFaults(t *testing.T) {
 	}
 	passed, failed := 0, 0
 	for i, sc := range scenarios {
+		if selected != nil && !selected[sc.name] {
+			continue
+		}
+		// The slot stays the scenario's place in the list, so its bridge,
+		// subnet and ports are the same in a partial run.
 		scope := newScope(t, i+1)
 		ran := false
 		ok := t.Run(sc.name, func(t *testing.T) {
