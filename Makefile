@@ -225,15 +225,18 @@ e2e:
 
 ## e2e-faults: fault injection against a real dockerd, the Debian CNI plugins and netshim as a
 # process (SIGKILL mid-RPC, slow/hanging/lying CNI plugins, dockerd restarted, damaged
-# checkpoints, full disk, duplicate requests); test/faults, leak audit after every
-# scenario; prints `faults: <scenario>: PASS|FAIL (...)` and a summary line (root)
+# checkpoints, full disk, duplicate requests, a hanging CNI GC, a stalled image pull);
+# test/faults, leak audit after every scenario; prints `faults: <scenario>: PASS|FAIL (...)`
+# and a summary line; FAULTS_ONLY=name,name runs only those scenarios (root). The CNI GC
+# scenario needs the CNI 1.1 plugins of hack/cni-plugins.sh (CNI_V11_BIN_DIR)
 e2e-faults:
 	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e-faults: must run as root" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory deps build
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	hack/dockerd.sh start; \
 	hack/images.sh; \
-	NETSHIM_BIN=$(OUT)/netshim CNI_BIN_DIR=/usr/lib/cni LEAK_AUDIT=$(CURDIR)/test/e2e/leak-audit.sh \
+	hack/cni-plugins.sh; \
+	NETSHIM_BIN=$(OUT)/netshim CNI_BIN_DIR=/usr/lib/cni CNI_V11_BIN_DIR=$(OUT)/cni-1.9.1 LEAK_AUDIT=$(CURDIR)/test/e2e/leak-audit.sh \
 		$(GO) test -race -count=1 -tags faults -v -timeout 15m ./test/faults/... 2>&1 | \
 		tee $(OUT)/e2e-faults.log | grep -E '^(faults: |--- FAIL|FAIL|ok|panic)|_test.go:[0-9]+:' || rc=$$?; \
 	exit $${rc:-0}

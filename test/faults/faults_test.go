@@ -27,6 +27,7 @@ var scenarios = []scenario{
 	{"damaged-checkpoints", testDamagedCheckpoints},
 	{"disk-full", testDiskFull},
 	{"duplicate-run-pod-sandbox", testDuplicateRunPodSandbox},
+	{"cni-gc-never-parks-pod-starts", testCNIGCNeverParksPodStarts},
 }
 
 // only is the set of scenarios FAULTS_ONLY names (comma-separated), nil
