@@ -28,6 +28,7 @@ var scenarios = []scenario{
 	{"disk-full", testDiskFull},
 	{"duplicate-run-pod-sandbox", testDuplicateRunPodSandbox},
 	{"cni-gc-never-parks-pod-starts", testCNIGCNeverParksPodStarts},
+	{"stalled-image-pull", testStalledImagePull},
 }
 
 // only is the set of scenarios FAULTS_ONLY names (comma-separated), nil
