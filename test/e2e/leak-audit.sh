@@ -15,7 +15,10 @@
 #               masquerade chains (CNI-<hash>) and rules naming a container; the
 #               firewall plugin's per-pod CNI-FORWARD rules (IPv4 and IPv6). The
 #               shared, empty CNI-HOSTPORT-* chains portmap never removes are not
-#               leaks.
+#               leaks. With --cni-network NAME only the nat rules that name that
+#               network (CNI's comment `name: "NAME"`) and the per-pod chains they
+#               jump to count, and no filter rule: a run beside other suites (the
+#               churn soak's) leaves their live pods' rules out.
 #   containers  containers labelled netshim.io/type (pause and workload)
 #   checkpoints files in ROOT/sandbox of each netshim root dir
 #   cache       libcni cached results (CACHE/results) of containers that do not
@@ -30,7 +33,7 @@
 #
 # Usage: leak-audit.sh [--ipam-dir DIR]... [--root-dir DIR]... [--cache-dir DIR]... [--netns-dir DIR]...
 #                      [--bridge NAME]... [--e2e-tmp] [--skip CHECK]...
-#                      [--no-defaults] [--container-filter FILTER]
+#                      [--no-defaults] [--container-filter FILTER] [--cni-network NAME]
 # Defaults: --ipam-dir /var/lib/cni/networks, --root-dir /var/lib/netshim,
 # --cache-dir /var/lib/cni/cache, --netns-dir /run/netshim/netns. The same lists
 # can be given (space separated) in LEAK_AUDIT_IPAM_DIRS, LEAK_AUDIT_ROOT_DIRS,
@@ -53,6 +56,7 @@ read -r -a extra_bridges <<<"${LEAK_AUDIT_BRIDGES:-}"
 read -r -a skip <<<"${LEAK_AUDIT_SKIP:-}"
 e2e_tmp=0
 container_filter=label=netshim.io/type
+cni_network=
 no_defaults=0
 for a in "$@"; do [[ $a == --no-defaults ]] && no_defaults=1; done
 if ((no_defaults)); then
@@ -69,6 +73,7 @@ while (($#)); do
     --e2e-tmp) e2e_tmp=1; shift ;;
     --no-defaults) shift ;;
     --container-filter) container_filter=${2:?}; shift 2 ;;
+    --cni-network) cni_network=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) echo "leak-audit: unknown argument $1" >&2; usage ;;
   esac
@@ -147,15 +152,33 @@ if ! skipped veths; then
   done < <(ip -o link show type veth 2>/dev/null)
 fi
 
+# scope_nat RULES NETWORK: the rules (iptables -S lines) that name the CNI
+# network in their comment, and the declarations and rules of the per-pod
+# chains (CNI-DN-*, CNI-<hash>) those jump to.
+scope_nat() {
+  local rules=$1 name=$2 chains
+  chains=$(grep -F "name: \\\"$name\\\"" <<<"$rules" | grep -oE -- '-j CNI-[A-Za-z0-9-]+' | awk '{print $2}' |
+    grep -vE '^CNI-HOSTPORT-' | sort -u)
+  grep -F "name: \\\"$name\\\"" <<<"$rules"
+  [[ -n $chains ]] || return 0
+  while read -r c; do
+    grep -E -- "^-[NA] $c( |\$)" <<<"$rules"
+  done <<<"$chains"
+}
+
 # ---- iptables ----
 if ! skipped iptables; then
   for cmd in iptables ip6tables; do
     command -v "$cmd" >/dev/null || continue
     nat=$("$cmd" -w -t nat -S 2>/dev/null) || continue
+    if [[ -n $cni_network ]]; then
+      nat=$(scope_nat "$nat" "$cni_network")
+    fi
     while read -r r; do
       [[ -n $r ]] || continue
       leak iptables "$cmd nat: $r"
     done < <(grep -E '^-N CNI-DN-|^-A CNI-HOSTPORT-DNAT .*(id: |-j CNI-DN-)|^-N CNI-[0-9a-f]{24}$|^-A [A-Z]+ .*name: .* id: ' <<<"$nat")
+    [[ -z $cni_network ]] || continue
     filter=$("$cmd" -w -t filter -S CNI-FORWARD 2>/dev/null) || continue
     while read -r r; do
       [[ -n $r ]] || continue

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,15 +25,34 @@ import (
 const (
 	pauseImage    = harness.DefaultPauseImage
 	workloadImage = "netshim.local/busybox:latest"
-	// bridgeName and podSubnet are the soak's network: its own bridge and
-	// a /22, room for every pod a run holds at once and for the addresses
-	// host-local keeps a while after a release.
-	bridgeName = "nssoak0"
-	podSubnet  = "10.126.0.0/22"
 	// hostPortBase: every fourth pod maps a host port, from a pool of one
-	// per worker starting here, so that the hostport rules churn too.
+	// per worker above the mode's base (modeNetwork).
 	hostPortBase = 32100
 )
+
+// soakModes are the sandbox modes, in the order that numbers their
+// networks.
+var soakModes = []string{"docker", "pinned", "pauseless"}
+
+// network is one mode's: its own bridge, a /22 (room for every pod a run
+// holds at once and for the addresses host-local keeps a while after a
+// release) and host ports, so that runs of different modes can go on at
+// the same time (SOAK_MODES=docker and SOAK_MODES=pinned from two
+// shells) without meeting.
+type network struct {
+	bridge, subnet, mac string
+	portBase            int32
+}
+
+func modeNetwork(mode string) network {
+	i := slices.Index(soakModes, mode)
+	return network{
+		bridge:   fmt.Sprintf("nssoak%d", i),
+		subnet:   fmt.Sprintf("10.126.%d.0/22", 4*i),
+		mac:      fmt.Sprintf("02:6e:73:73:6b:%02x", i+1),
+		portBase: int32(hostPortBase + 100*i),
+	}
+}
 
 // config is the soak's environment (make soak sets it).
 type config struct {
@@ -46,7 +66,7 @@ type config struct {
 	workers   int     // SOAK_WORKERS: lifecycles in flight at most
 	seed      uint64  // SOAK_SEED
 	report    string  // SOAK_REPORT: a Markdown table of the results
-	state     string  // SOAK_STATE: the host guard's state file
+	state     string  // SOAK_STATE: the host guards' state files (.MODE appended)
 }
 
 func envOr(name, def string) string {
@@ -92,7 +112,7 @@ func loadConfig(t *testing.T) config {
 		t.Fatal("soak: must run as root")
 	}
 	for _, m := range c.modes {
-		if m != "docker" && m != "pinned" && m != "pauseless" {
+		if !slices.Contains(soakModes, m) {
 			t.Fatalf("soak: SOAK_MODES: %q is not a sandbox mode (docker, pinned, pauseless)", m)
 		}
 	}
@@ -149,6 +169,7 @@ type world struct {
 	t      *testing.T
 	cfg    config
 	mode   string
+	net    network
 	ns     string // the pods' namespace
 	dir    string
 	ipam   string
@@ -196,22 +217,23 @@ func runMode(t *testing.T, cfg config, mode string, seed uint64, r *result) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := harness.GuardHost(t, cfg.state)
-	for _, err := range []error{guard.RecordTempDir(dir), guard.WatchLink(bridgeName), guard.WatchCNIRules(bridgeName, podSubnet)} {
+	guard := harness.GuardHost(t, cfg.state+"."+mode)
+	nw := modeNetwork(mode)
+	for _, err := range []error{guard.RecordTempDir(dir), guard.WatchLink(nw.bridge), guard.WatchCNIRules(nw.bridge, nw.subnet)} {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	w := &world{t: t, cfg: cfg, mode: mode, ns: "nssoak-" + mode, dir: dir, ipam: filepath.Join(dir, "ipam"),
+	w := &world{t: t, cfg: cfg, mode: mode, net: nw, ns: "nssoak-" + mode, dir: dir, ipam: filepath.Join(dir, "ipam"),
 		rng: rand.New(rand.NewPCG(seed, 0x50a6)), res: r, ports: make(chan int32, cfg.workers)}
 	for i := range cfg.workers {
-		w.ports <- int32(hostPortBase + i)
+		w.ports <- nw.portBase + int32(i)
 	}
 	// The bridge is made here, with an address of its own, as a node's is
 	// before its pods: a bridge that took its first port's MAC has none
 	// once that port is gone, and the bridge plugin then fails every ADD.
-	_, _ = harness.RunCmd("ip", "link", "del", bridgeName)
-	harness.MustRun(t, "ip", "link", "add", "name", bridgeName, "address", "02:6e:73:73:6b:01", "type", "bridge")
+	_, _ = harness.RunCmd("ip", "link", "del", nw.bridge)
+	harness.MustRun(t, "ip", "link", "add", "name", nw.bridge, "address", nw.mac, "type", "bridge")
 
 	w.engine = harness.StartPrivateDockerd(t, harness.WithImages(pauseImage, workloadImage))
 	w.addr = freeLoopbackAddr(t)
@@ -219,7 +241,7 @@ func runMode(t *testing.T, cfg config, mode string, seed uint64, r *result) {
 		harness.WithBinary(cfg.netshim),
 		harness.WithDir(filepath.Join(dir, "ns")),
 		harness.WithCNIBinDir(cfg.cniBinDir),
-		harness.WithCNIConfig(harness.WithBridge(bridgeName), harness.WithSubnets(podSubnet), harness.WithIPAMDataDir(w.ipam)),
+		harness.WithCNIConfig(harness.WithBridge(nw.bridge), harness.WithSubnets(nw.subnet), harness.WithIPAMDataDir(w.ipam)),
 		harness.WithDockerEndpoint(w.engine.Endpoint()),
 		harness.WithSandboxNetNS(mode),
 		harness.WithCleanupNamespace(w.ns),
@@ -306,7 +328,7 @@ func (w *world) audit() {
 	nsDir := filepath.Join(w.dir, "ns")
 	args := []string{w.cfg.audit, "--no-defaults", "--ipam-dir", w.ipam, "--root-dir", filepath.Join(nsDir, "root"),
 		"--cache-dir", filepath.Join(nsDir, "cnicache"), "--netns-dir", filepath.Join(nsDir, "netns"),
-		"--bridge", bridgeName, "--container-filter", "label=netshim.io/pod-namespace=" + w.ns}
+		"--bridge", w.net.bridge, "--cni-network", w.net.bridge, "--container-filter", "label=netshim.io/pod-namespace=" + w.ns}
 	// The audit's iptables and veth checks see the whole host: on a
 	// machine where other suites run beside the soak, SOAK_AUDIT_LOCK
 	// names the lock they hold while they run (the developers' guide's
