@@ -110,7 +110,7 @@ func (s *scope) auditArgs() []string {
 	return []string{"--no-defaults", "--ipam-dir", s.ipamDir, "--root-dir", filepath.Join(d, "root"),
 		"--root-dir", filepath.Join(s.dir, "full", "root"), "--cache-dir", filepath.Join(d, "cnicache"),
 		"--netns-dir", filepath.Join(d, "netns"),
-		"--bridge", s.bridge, "--container-filter", "label=netshim.io/pod-namespace=" + s.ns}
+		"--bridge", s.bridge, "--cni-network", s.bridge, "--container-filter", "label=netshim.io/pod-namespace=" + s.ns}
 }
 
 func (s *scope) removeContainers(t *testing.T) {
