@@ -136,7 +136,9 @@ func (w *world) sweepReady(ctx context.Context) {
 func (w *world) fit() {
 	for _, m := range metrics {
 		f := FitSlope(w.res.fitted(m.name))
+		w.res.mu.Lock()
 		w.res.fits = append(w.res.fits, f)
+		w.res.mu.Unlock()
 		if f.Exceeds(m.bound / 1000) {
 			w.res.fail(fmt.Sprintf("%s grows %s per 1,000 lifecycles, above the bound of %g", m.label, f.Per1000(m.unit), m.bound/m.unit))
 		}
