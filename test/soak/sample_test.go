@@ -60,20 +60,7 @@ func (w *world) readOnce(ctx context.Context, hc *http.Client) {
 		return
 	}
 	x := float64(w.res.completed.Load() + w.res.aborted.Load())
-	vals := map[string]float64{}
-	var err error
-	if vals["rss"], err = rssBytes("/proc", pid); err == nil {
-		if vals["fds"], err = openFDs("/proc", pid); err == nil {
-			var text string
-			if text, err = get(ctx, hc, "http://"+w.addr+"/metrics"); err == nil {
-				if vals["goroutines"], err = gauge(text, "go_goroutines"); err == nil {
-					if text, err = get(ctx, hc, "http://"+w.addr+"/debug/pprof/heap?gc=1&debug=1"); err == nil {
-						vals["heap"], err = heapAlloc(text)
-					}
-				}
-			}
-		}
-	}
+	vals, err := w.read(ctx, hc, pid)
 	// A netshim killed between the reads (or being restarted) gives no
 	// sample: its numbers would mix two processes.
 	if now, _ := w.segment(); err != nil || now != seg || w.shim.Pid() != pid {
@@ -81,6 +68,32 @@ func (w *world) readOnce(ctx context.Context, hc *http.Client) {
 		return
 	}
 	w.res.addSample(seg, time.Since(segStart) >= warmUp, x, vals)
+}
+
+// read takes one reading of each metric of netshim's process pid.
+func (w *world) read(ctx context.Context, hc *http.Client, pid int) (map[string]float64, error) {
+	vals := map[string]float64{}
+	var err error
+	if vals["rss"], err = rssBytes("/proc", pid); err != nil {
+		return nil, err
+	}
+	if vals["fds"], err = openFDs("/proc", pid); err != nil {
+		return nil, err
+	}
+	text, err := get(ctx, hc, "http://"+w.addr+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	if vals["goroutines"], err = gauge(text, "go_goroutines"); err != nil {
+		return nil, err
+	}
+	if text, err = get(ctx, hc, "http://"+w.addr+"/debug/pprof/heap?gc=1&debug=1"); err != nil {
+		return nil, err
+	}
+	if vals["heap"], err = heapAlloc(text); err != nil {
+		return nil, err
+	}
+	return vals, nil
 }
 
 func get(ctx context.Context, hc *http.Client, url string) (string, error) {
