@@ -2,6 +2,7 @@ package dockerservice
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -70,8 +71,10 @@ func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest
 	}
 	var info map[string]string
 	if r.GetVerbose() {
-		// `crictl info`: where new sandboxes' netns comes from, and why.
-		info = map[string]string{"sandboxNetns": ds.netnsModeInfo(ctx)}
+		// `crictl info`: where new sandboxes' netns comes from, and why;
+		// and the runtime's configuration, under the key and in the shape
+		// containerd uses, which kubeadm reads (runtimeInfoConfig).
+		info = map[string]string{"sandboxNetns": ds.netnsModeInfo(ctx), "config": ds.runtimeInfoConfig()}
 	}
 	return &runtimeapi.StatusResponse{
 		Info:   info,
@@ -106,4 +109,17 @@ func (ds *DockerService) UpdateRuntimeConfig(ctx context.Context, r *runtimeapi.
 	klog.FromContext(ctx).Info("Pod CIDR updated", "podCIDR", cidr)
 	ds.network.Event(network.NetPluginEventPodCIDRChange, map[string]any{network.NetPluginEventPodCIDRKey: cidr})
 	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
+}
+
+// runtimeInfoConfig is the "config" entry of a verbose Status: a JSON
+// object with the settings a tool may compare with its own. kubeadm's
+// preflight reads config.sandboxImage (containerd's name for its pause
+// image) and warns when it differs from the pause image it deploys; without
+// the field it cannot check at all. The object is a subset of containerd's:
+// only keys with the same meaning there.
+func (ds *DockerService) runtimeInfoConfig() string {
+	b, _ := json.Marshal(struct {
+		SandboxImage string `json:"sandboxImage"`
+	}{SandboxImage: ds.cfg.PodInfraImage})
+	return string(b)
 }
