@@ -43,6 +43,7 @@ const (
 	stateGlob   = "glob"   // glob PATTERN: remove what matches (recursively)
 	stateLink   = "link"   // link NAME: delete the network link NAME
 	stateCNI    = "cni"    // cni NETWORK SUBNET: delete the portmap and firewall rules of NETWORK's pods
+	stateNetns  = "netns"  // netns NAME: kill what runs in /run/netns/NAME, delete it
 )
 
 // stateEntry is one line of a state file.
@@ -57,6 +58,7 @@ func (e stateEntry) String() string { return strings.Join(append([]string{e.kind
 var stateArity = map[string][2]int{
 	stateTmp: {1, 1}, stateMount: {1, 1}, statePid: {2, 3}, stateSysctl: {2, 2},
 	stateCgroup: {1, 1}, stateDir: {1, 1}, stateGlob: {1, 1}, stateLink: {1, 1}, stateCNI: {2, 2},
+	stateNetns: {1, 1},
 }
 
 // parseState reads a state file's entries. A malformed line is an error
@@ -87,6 +89,11 @@ func parseState(r io.Reader) ([]stateEntry, error) {
 			if !filepath.IsAbs(e.args[0]) || filepath.Clean(e.args[0]) == "/" {
 				return nil, fmt.Errorf("line %d: %s wants an absolute path other than /: %q", n, e.kind, e.args[0])
 			}
+		case stateNetns:
+			// A name, never a path: Restore removes netnsRoot/NAME.
+			if strings.Contains(e.args[0], "/") || e.args[0] == "." || e.args[0] == ".." {
+				return nil, fmt.Errorf("line %d: netns wants a name, not a path: %q", n, e.args[0])
+			}
 		}
 		out = append(out, e)
 	}
@@ -106,7 +113,7 @@ type HostGuard struct {
 	path string // "" keeps the record in memory only
 
 	// Roots, replaced by unit tests.
-	sysctlRoot, cgroupRoot, mountinfo, procRoot string
+	sysctlRoot, cgroupRoot, mountinfo, procRoot, netnsRoot string
 	// logf reports what recovery and Restore did.
 	logf func(format string, args ...any)
 
@@ -133,6 +140,7 @@ func NewHostGuard(statePath string, opts ...HostGuardOption) (*HostGuard, error)
 		cgroupRoot: "/sys/fs/cgroup",
 		mountinfo:  "/proc/self/mountinfo",
 		procRoot:   "/proc",
+		netnsRoot:  "/run/netns",
 		logf:       func(f string, a ...any) { fmt.Fprintf(os.Stderr, "harness: "+f+"\n", a...) },
 	}
 	for _, o := range opts {
@@ -330,6 +338,19 @@ func (g *HostGuard) WatchLink(name string) error {
 	return g.record(stateEntry{stateLink, []string{name}})
 }
 
+// WatchNetns records the named network namespace (/run/netns/NAME), if it
+// does not exist yet, for Restore to kill every process still in it (a
+// node's daemons and containers) and delete it.
+func (g *HostGuard) WatchNetns(name string) error {
+	if name == "" || strings.ContainsAny(name, "/ \t\n") {
+		return fmt.Errorf("host guard: netns name %q", name)
+	}
+	if _, err := os.Stat(filepath.Join(g.netnsRoot, name)); err == nil {
+		return nil
+	}
+	return g.record(stateEntry{stateNetns, []string{name}})
+}
+
 // WatchCNIRules has Restore delete the iptables rules the CNI portmap and
 // firewall plugins made for pods of the network (its name) in subnet and
 // that no CNI DEL removed: a run killed before its pods were torn down
@@ -390,6 +411,12 @@ func (g *HostGuard) Restore() error {
 		// A killed private dockerd leaves its shims and containers running.
 		if n := killStrays(g.procRoot, t); n > 0 {
 			g.logf("killed %d container process(es) and shim(s) left under %s", n, t)
+		}
+	}
+	// Before the unmounts: a node's processes hold its mounts.
+	for _, e := range by[stateNetns] {
+		if err := g.removeNetns(e.args[0]); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, e := range by[stateGlob] {
@@ -589,4 +616,52 @@ func unmountUnder(mountinfo, dir string) error {
 		}
 	}
 	return fmt.Errorf("mounts are still left under %s after 200 unmounts", dir)
+}
+
+// removeNetns kills (SIGKILL: a node is being thrown away, as a power cut
+// would) every process whose network namespace is netnsRoot/name, waits for
+// them, then unmounts and removes the file, as `ip netns delete` does.
+func (g *HostGuard) removeNetns(name string) error {
+	path := filepath.Join(g.netnsRoot, name)
+	want, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("netns %s: %w", name, err)
+	}
+	pids := pidsInNetns(g.procRoot, want)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if len(pids) > 0 {
+		g.logf("killed %d process(es) left in netns %s", len(pids), name)
+	}
+	if !Eventually(StopTimeout, func() bool { return len(pidsInNetns(g.procRoot, want)) == 0 }) {
+		return fmt.Errorf("netns %s: processes %v outlived SIGKILL", name, pidsInNetns(g.procRoot, want))
+	}
+	if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("unmounting netns %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing netns %s: %w", path, err)
+	}
+	return nil
+}
+
+// pidsInNetns lists the running processes whose ns/net is the file ns.
+func pidsInNetns(procRoot string, ns os.FileInfo) []int {
+	ents, _ := os.ReadDir(procRoot)
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(procRoot, e.Name(), "ns", "net"))
+		if err != nil || !os.SameFile(fi, ns) || !procRunning(procRoot, pid) {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
 }

@@ -1,0 +1,317 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// A Node is a Kubernetes node on this machine without a VM or a nested
+// container: a network namespace of its own and a persistent mount
+// namespace of its own, in which its daemons (Docker 29, netshim, kubelet)
+// run at their usual paths. Every command of the node is entered with
+// `nsenter --net --mount` (Command): `ip netns exec` would give each
+// command a fresh mount namespace, so kubelet's volume mounts would be
+// invisible to the node's dockerd.
+//
+// Nodes are joined by a Lan: a bridge in a network namespace of its own
+// (in the host's, Docker's FORWARD DROP policy with br_netfilter would drop
+// node-to-node traffic), which the host reaches over one veth.
+//
+// Everything a Lan or Node changes outside its directory is recorded in the
+// HostGuard first, so that a run killed half-way is undone by the next.
+
+// NodeBinds are the directories each node has its own copy of, bound over
+// the host's in the node's mount namespace. kubelet hard-codes
+// /var/lib/kubelet/device-plugins (and wipes it at start) and
+// /var/log/containers whatever its flags say; kubeadm writes
+// /etc/kubernetes and the etcd static pod /var/lib/etcd; the engine and
+// netshim keep their state under /var/lib.
+var NodeBinds = []string{
+	"/var/lib/kubelet",
+	"/var/log/pods",
+	"/var/log/containers",
+	"/etc/kubernetes",
+	"/var/lib/etcd",
+	"/etc/cni/net.d",
+	"/var/lib/cni",
+	"/etc/docker",
+	"/var/lib/docker",
+	"/var/lib/containerd",
+	"/var/lib/netshim",
+}
+
+// Lan is the network that joins the nodes: a /24 whose .1 is the bridge in
+// the lan's namespace (the nodes' default gateway, which routes nowhere
+// else: traffic for addresses outside the test dies there) and whose .254 is
+// the host's end, where the host serves what nodes fetch (the registry).
+type Lan struct {
+	// Name is the lan's network namespace, /run/netns/Name.
+	Name string
+	// Prefix is the lan's subnet, a /24.
+	Prefix netip.Prefix
+	// HostLink is the host's end of the veth into the lan.
+	HostLink string
+}
+
+// lanBridge is the bridge's name inside the lan's namespace.
+const lanBridge = "br0"
+
+// Gateway is the bridge's address: .1.
+func (l *Lan) Gateway() netip.Addr { return l.addr(1) }
+
+// HostIP is the host's address on the lan: .254.
+func (l *Lan) HostIP() netip.Addr { return l.addr(254) }
+
+// NodeIP is the address of the i-th node (from 1 to 199): .10+i.
+func (l *Lan) NodeIP(i int) netip.Addr { return l.addr(byte(10 + i%200)) }
+
+func (l *Lan) addr(last byte) netip.Addr {
+	a := l.Prefix.Masked().Addr().As4()
+	a[3] = last
+	return netip.AddrFrom4(a)
+}
+
+// lanPrefix checks that prefix is an IPv4 /24 (the addresses above assume it).
+func lanPrefix(prefix netip.Prefix) error {
+	if !prefix.Addr().Is4() || prefix.Bits() != 24 {
+		return fmt.Errorf("lan subnet %s: want an IPv4 /24", prefix)
+	}
+	return nil
+}
+
+// lanCommands are the commands that make a lan (run in order on the host).
+func lanCommands(l *Lan) [][]string {
+	gw := l.Gateway().String() + "/24"
+	host := l.HostIP().String() + "/24"
+	return [][]string{
+		{"ip", "netns", "add", l.Name},
+		{"ip", "-n", l.Name, "link", "set", "lo", "up"},
+		{"ip", "-n", l.Name, "link", "add", lanBridge, "type", "bridge"},
+		{"ip", "-n", l.Name, "addr", "add", gw, "dev", lanBridge},
+		{"ip", "-n", l.Name, "link", "set", lanBridge, "up"},
+		{"ip", "link", "add", l.HostLink, "type", "veth", "peer", "name", "host", "netns", l.Name},
+		{"ip", "-n", l.Name, "link", "set", "host", "master", lanBridge, "up"},
+		{"ip", "addr", "add", host, "dev", l.HostLink},
+		{"ip", "link", "set", l.HostLink, "up"},
+	}
+}
+
+// NewLan makes the lan name on prefix, the host's end being hostLink
+// (at most 15 characters, a link name).
+func NewLan(g *HostGuard, name string, prefix netip.Prefix, hostLink string) (*Lan, error) {
+	if err := lanPrefix(prefix); err != nil {
+		return nil, err
+	}
+	if len(hostLink) > 15 || hostLink == "" {
+		return nil, fmt.Errorf("host link name %q: want 1 to 15 characters", hostLink)
+	}
+	l := &Lan{Name: name, Prefix: prefix.Masked(), HostLink: hostLink}
+	if err := g.WatchNetns(name); err != nil {
+		return nil, err
+	}
+	if err := g.WatchLink(hostLink); err != nil {
+		return nil, err
+	}
+	for _, c := range lanCommands(l) {
+		if out, err := RunCmd(c[0], c[1:]...); err != nil {
+			return nil, fmt.Errorf("making lan %s: %s: %w: %s", name, strings.Join(c, " "), err, strings.TrimSpace(out))
+		}
+	}
+	return l, nil
+}
+
+// Close deletes the lan's namespace (and with it the bridge and the host's
+// veth).
+func (l *Lan) Close() error { return deleteNetns(l.Name) }
+
+// Node is one node: see the package comment above NodeBinds.
+type Node struct {
+	// Name is the node's name (kubelet's --hostname-override, its cgroup
+	// root /Name, its netns "ns-"+Name).
+	Name string
+	// IP is the node's address on the lan, on its eth0.
+	IP netip.Addr
+	// Dir holds the node's own copies of NodeBinds (under root/), its
+	// machine-id and its mount namespace file (under ns/).
+	Dir string
+	// NetNS and MountNS are the namespace files nsenter enters.
+	NetNS, MountNS string
+	// Env is what every command of the node gets on top of the host's
+	// environment (PATH with the node's binaries first, say).
+	Env []string
+
+	lan *Lan
+}
+
+// nodeNetnsName is the netns name of node name.
+func nodeNetnsName(name string) string { return "ns-" + name }
+
+// nodeSetupScript is what NewNode runs inside the node's namespaces, as
+// sh -ec. The order matters: a fresh sysfs (whose /sys/class/net lists the
+// node's links, not the host's) hides the host's cgroup tree, which is bound
+// aside first and moved back; mount --move refuses a shared source, so the
+// mounts become shared (kubelet's mount propagation into containers needs
+// it, as on a systemd host) only after that.
+func nodeSetupScript(n *Node) string {
+	q := shellQuote
+	aside := filepath.Join(n.Dir, "ns", "cgroup")
+	var b strings.Builder
+	fmt.Fprintf(&b, "mkdir -p %s\n", q(aside))
+	fmt.Fprintf(&b, "mount --rbind /sys/fs/cgroup %s\n", q(aside))
+	b.WriteString("mount -t sysfs sysfs /sys\n")
+	fmt.Fprintf(&b, "mount --move %s /sys/fs/cgroup\n", q(aside))
+	b.WriteString("mount --make-rshared /\n")
+	// The node's /run: its sockets, PID files, netns pins, flannel's subnet.env.
+	b.WriteString("mount -t tmpfs -o mode=755 tmpfs /run\n")
+	for _, d := range NodeBinds {
+		fmt.Fprintf(&b, "mount --bind %s %s\n", q(filepath.Join(n.Dir, "root", d)), q(d))
+	}
+	fmt.Fprintf(&b, "mount --bind %s /etc/machine-id\n", q(filepath.Join(n.Dir, "machine-id")))
+	// Network: the lan address, the lan's bridge as the default route (so
+	// that Service IPs route; they die there unless kube-proxy DNATs them).
+	b.WriteString("ip link set lo up\n")
+	fmt.Fprintf(&b, "ip addr add %s/%d dev eth0\n", n.IP, n.lan.Prefix.Bits())
+	b.WriteString("ip link set eth0 up\n")
+	fmt.Fprintf(&b, "ip route add default via %s\n", n.lan.Gateway())
+	// What kubeadm's preflight wants and its docs have an operator set
+	// (/etc/sysctl.d/k8s.conf): the node forwards its pods' packets.
+	b.WriteString("sysctl -qw net.ipv4.ip_forward=1\n")
+	return b.String()
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// NewNode makes node name with address ip on lan, its state in dir (which
+// the caller made and recorded in g as a temp dir, so that everything
+// mounted under it is undone). Host directories NodeBinds names that do not
+// exist are made (and recorded for removal), the node's cgroup root /name is
+// recorded for removal in every hierarchy, and the node's netns for
+// deletion.
+func NewNode(g *HostGuard, lan *Lan, name string, ip netip.Addr, dir string) (*Node, error) {
+	if !lan.Prefix.Contains(ip) {
+		return nil, fmt.Errorf("node %s: address %s is not on the lan %s", name, ip, lan.Prefix)
+	}
+	n := &Node{
+		Name: name, IP: ip, Dir: dir,
+		NetNS:   filepath.Join("/run/netns", nodeNetnsName(name)),
+		MountNS: filepath.Join(dir, "ns", "mnt"),
+		lan:     lan,
+	}
+	if err := g.WatchNetns(nodeNetnsName(name)); err != nil {
+		return nil, err
+	}
+	if err := g.WatchDirs(NodeBinds...); err != nil {
+		return nil, err
+	}
+	if err := g.WatchCgroups(name); err != nil {
+		return nil, err
+	}
+	for _, d := range NodeBinds {
+		for _, p := range []string{d, filepath.Join(dir, "root", d)} {
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return nil, fmt.Errorf("node %s: %w", name, err)
+			}
+		}
+	}
+	if err := writeMachineID(filepath.Join(dir, "machine-id")); err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	if err := makeCgroupRoot(name); err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	nsDir := filepath.Join(dir, "ns")
+	lanPort := "n-" + name
+	if len(lanPort) > 15 {
+		return nil, fmt.Errorf("node name %q is too long for its link name %q (15 characters)", name, lanPort)
+	}
+	steps := [][]string{
+		{"ip", "netns", "add", nodeNetnsName(name)},
+		{"ip", "link", "add", "eth0", "netns", nodeNetnsName(name), "type", "veth", "peer", "name", lanPort, "netns", lan.Name},
+		{"ip", "-n", lan.Name, "link", "set", lanPort, "master", lanBridge, "up"},
+		// unshare --mount=FILE needs FILE on a private mount.
+		{"mkdir", "-p", nsDir},
+		{"mount", "--bind", nsDir, nsDir},
+		{"mount", "--make-private", nsDir},
+		{"touch", n.MountNS},
+		{"unshare", "--mount=" + n.MountNS, "--propagation", "slave", "true"},
+	}
+	for _, c := range steps {
+		if out, err := RunCmd(c[0], c[1:]...); err != nil {
+			return nil, fmt.Errorf("making node %s: %s: %w: %s", name, strings.Join(c, " "), err, strings.TrimSpace(out))
+		}
+	}
+	if out, err := n.Run(context.Background(), "sh", "-ec", nodeSetupScript(n)); err != nil {
+		return nil, fmt.Errorf("setting up node %s: %w: %s", name, err, strings.TrimSpace(out))
+	}
+	return n, nil
+}
+
+// writeMachineID writes a random machine-id (32 hex digits), as
+// systemd-machine-id-setup would on a new machine: kubelet reports it as
+// the node's machine ID, and two nodes sharing one confuses tools that key
+// on it.
+func writeMachineID(path string) error {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o444)
+}
+
+// makeCgroupRoot makes /name in every cgroup v1 hierarchy (kubelet refuses a
+// cgroupRoot that is missing in any) or in the v2 tree.
+func makeCgroupRoot(name string) error {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		roots = []string{"/sys/fs/cgroup"}
+	}
+	for _, r := range roots {
+		if fi, err := os.Lstat(r); err != nil || !fi.IsDir() {
+			continue // a symlink like cpu -> cpu,cpuacct
+		}
+		if err := os.Mkdir(filepath.Join(r, name), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("cgroup root %s: %w", filepath.Join(r, name), err)
+		}
+	}
+	return nil
+}
+
+// Command is name run inside the node (not started).
+func (n *Node) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.NetNS, "--mount=" + n.MountNS, "--", name}, args...)...)
+	cmd.Env = append(os.Environ(), n.Env...)
+	return cmd
+}
+
+// Run runs name inside the node (at most CommandDeadline) and returns its
+// combined output.
+func (n *Node) Run(ctx context.Context, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, CommandDeadline)
+	defer cancel()
+	out, err := n.Command(ctx, name, args...).CombinedOutput()
+	return string(out), err
+}
+
+// Close deletes the node's netns; the caller stops its daemons first, and
+// the guard's Restore unmounts its mount namespace and directories.
+func (n *Node) Close() error { return deleteNetns(nodeNetnsName(n.Name)) }
+
+// deleteNetns deletes the named netns if it exists.
+func deleteNetns(name string) error {
+	if _, err := os.Stat(filepath.Join("/run/netns", name)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if out, err := RunCmd("ip", "netns", "delete", name); err != nil {
+		return fmt.Errorf("deleting netns %s: %w: %s", name, err, strings.TrimSpace(out))
+	}
+	return nil
+}
