@@ -17,7 +17,7 @@ LDFLAGS = -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
-LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance,deb,takeover,vm,soak
+LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance,deb,takeover,vm,soak,multinode
 
 # ENGINE: the Docker engine e2e and conformance run against.
 #   docker20  the system's Docker 20.10 (Debian's docker.io; hack/dockerd.sh)
@@ -43,7 +43,7 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-docker-netns e2e-faults soak e2e-kubelet e2e-takeover e2e-cluster test run clean bench bench-kubelet dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images e2e-vm
+.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck e2e e2e-docker-netns e2e-faults soak e2e-kubelet e2e-takeover e2e-cluster e2e-multinode test run clean bench bench-kubelet dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images e2e-vm
 
 ## build: compile the daemon into _output/netshim and its OCI runtime wrapper into _output/netshim-oci
 # (registered in the engine as runtime netshim-oci for --sandbox-netns=pinned; README "Pinned netns")
@@ -324,6 +324,27 @@ e2e-cluster:
 	failed=$$(grep -cE '^(--- FAIL: Test|FAIL (teardown|setup))' "$$log" || true); \
 	if [[ $${rc:-0} -ne 0 && $$failed -eq 0 ]]; then echo "FAIL run: go test exited $$rc without a failed test (timeout? panic?)"; failed=1; fi; \
 	echo "e2e-cluster: $$passed passed, $$failed failed"; \
+	[[ $$failed -eq 0 && $${rc:-0} -eq 0 ]]
+
+## e2e-multinode: nodes on one machine, each a real node (issue 24; root): a "lan" network namespace
+# with a bridge, and per node a netns plus a persistent mount namespace (test/harness Lan and Node:
+# its own /var/lib/kubelet, /etc/kubernetes, /var/lib/docker, ... a tmpfs /run, a machine-id, a
+# cgroup root), its own Docker 29 engine (hack/docker29.sh build) and netshim from the built tree.
+# Everything is recorded in a HostGuard (_output/e2e-multinode.state) and undone, also after a
+# killed run. Last line `e2e-multinode: N passed, N failed`; log _output/e2e-multinode.log.
+e2e-multinode:
+	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e-multinode: must run as root" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory build
+	@hack/docker29.sh build
+	@log=$(OUT)/e2e-multinode.log; \
+	NETSHIM_BIN=$(OUT)/netshim NETSHIM_OCI_BIN=$(OUT)/netshim-oci E2E_DOCKERD=$(OUT)/docker29/bin/dockerd \
+		$(GO) test -count=1 -race -tags multinode -v -timeout 20m ./test/multinode 2>&1 | tee "$$log" || rc=$$?; \
+	passed=$$(grep -cE '^--- PASS: Test' "$$log" || true); \
+	failed=$$(grep -cE '^--- FAIL: Test' "$$log" || true); \
+	if [[ $${rc:-0} -ne 0 && $$failed -eq 0 ]]; then echo "FAIL run: go test exited $$rc without a failed test (timeout? panic?)"; failed=1; fi; \
+	want=$$(cat test/multinode/*_test.go | grep -c '^func Test'); \
+	if [[ $$passed -lt $$want ]]; then echo "FAIL run: $$passed of the suite's $$want tests passed (skipped or not run?)"; failed=$$((failed + 1)); fi; \
+	echo "e2e-multinode: $$passed passed, $$failed failed"; \
 	[[ $$failed -eq 0 && $${rc:-0} -eq 0 ]]
 
 ## node-conformance: kubelet's node e2e suite (k8s.io/kubernetes v1.36.3 test/e2e_node, e2e_node.test)

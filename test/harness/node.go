@@ -11,6 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // A Node is a Kubernetes node on this machine without a VM or a nested
@@ -287,9 +290,27 @@ func makeCgroupRoot(name string) error {
 
 // Command is name run inside the node (not started).
 func (n *Node) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.NetNS, "--mount=" + n.MountNS, "--", name}, args...)...)
+	argv := n.argv(name, args)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), n.Env...)
 	return cmd
+}
+
+// daemonCommand is Command for a process that outlives any one call.
+func (n *Node) daemonCommand(name string, args ...string) *exec.Cmd {
+	argv := n.argv(name, args)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), n.Env...)
+	return cmd
+}
+
+// argv is the command line that runs name in the node. A Node without
+// namespace files (unit tests' only) runs it as it is.
+func (n *Node) argv(name string, args []string) []string {
+	if n.NetNS == "" && n.MountNS == "" {
+		return append([]string{name}, args...)
+	}
+	return append([]string{"nsenter", "--net=" + n.NetNS, "--mount=" + n.MountNS, "--", name}, args...)
 }
 
 // Run runs name inside the node (at most CommandDeadline) and returns its
@@ -314,4 +335,145 @@ func deleteNetns(name string) error {
 		return fmt.Errorf("deleting netns %s: %w: %s", name, err, strings.TrimSpace(out))
 	}
 	return nil
+}
+
+// NodeDockerSock and NodeNetshimSock are where the node's engine and
+// netshim serve, at the paths an operator's node has them (in the node's
+// own /run).
+const (
+	NodeDockerSock  = "/var/run/docker.sock"
+	NodeNetshimSock = "/run/netshim/netshim.sock"
+)
+
+// HostPath is where the host reaches path of the node's mount namespace:
+// through the root of a process running in it (pid, e.g. a NodeDaemon's).
+func HostPath(pid int, path string) string {
+	return filepath.Join("/proc", fmt.Sprint(pid), "root", path)
+}
+
+// StartEngine starts the node's Docker engine: dockerdBin (Docker 29: its
+// directory, with its containerd and runc, comes first on its PATH) on
+// NodeDockerSock, its data in the node's /var/lib/docker, its containers'
+// cgroups under the node's cgroup root (kubelet's cgroupRoot must be the
+// same, or one node's kubelet cleans up the other's pods), netshim's OCI
+// wrapper registered when wrapper is not empty, and extra flags
+// (--insecure-registry for the lan's registry, say). No bridge and no
+// iptables rules of Docker's own: pods get their network from CNI,
+// Services from kube-proxy.
+func (n *Node) StartEngine(dockerdBin, wrapper string, extra ...string) (*NodeDaemon, error) {
+	args := []string{
+		"--host", "unix://" + NodeDockerSock,
+		"--cgroup-parent", "/" + n.Name,
+		"--bridge", "none", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
+	}
+	if wrapper != "" {
+		args = append(args, "--add-runtime", OCIWrapperRuntime+"="+wrapper)
+	}
+	args = append(args, extra...)
+	n.Env = append(n.Env, "PATH="+filepath.Dir(dockerdBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	d, err := n.StartDaemon("dockerd", false, dockerdBin, args...)
+	if err != nil {
+		return nil, err
+	}
+	if !Eventually(StartTimeout, func() bool {
+		_, err := n.Run(context.Background(), "docker", "-H", "unix://"+NodeDockerSock, "version", "--format", "{{.Server.Version}}")
+		return err == nil
+	}) {
+		_ = d.Stop(StopTimeout)
+		return nil, fmt.Errorf("node %s: dockerd did not answer within %s\n%s", n.Name, StartTimeout, d.LogTail(30))
+	}
+	return d, nil
+}
+
+// Docker runs the docker CLI against the node's engine.
+func (n *Node) Docker(ctx context.Context, args ...string) (string, error) {
+	return n.Run(ctx, "docker", append([]string{"-H", "unix://" + NodeDockerSock}, args...)...)
+}
+
+// StartNetshim starts netshim (bin) in the node with its defaults, as a
+// packaged node runs it (state in /var/lib/netshim, CNI config in
+// /etc/cni/net.d, serving NodeNetshimSock), plus args, and waits until it
+// answers the CRI.
+func (n *Node) StartNetshim(bin string, args ...string) (*NodeDaemon, error) {
+	d, err := n.StartDaemon("netshim", false, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	if !Eventually(StartTimeout, func() bool {
+		pid := d.Pid()
+		if pid == 0 {
+			return false
+		}
+		c, err := DialCRI(HostPath(pid, NodeNetshimSock))
+		if err != nil {
+			return false
+		}
+		defer c.Conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = c.Runtime.Version(ctx, &runtimeapi.VersionRequest{})
+		return err == nil
+	}) {
+		_ = d.Stop(StopTimeout)
+		return nil, fmt.Errorf("node %s: netshim did not answer within %s\n%s", n.Name, StartTimeout, d.LogTail(30))
+	}
+	return d, nil
+}
+
+// InstallBinaries makes the node's bin dir (Dir/bin, first on the PATH of
+// every later command of the node) hold links to the given binaries under
+// their names (name -> path), as a package would install them in
+// /usr/bin: kubeadm runs `kubelet --version` and its preflight looks for
+// the tools it needs on PATH.
+func (n *Node) InstallBinaries(bins map[string]string) error {
+	dir := filepath.Join(n.Dir, "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, path := range bins {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return err
+		}
+		link := filepath.Join(dir, name)
+		_ = os.Remove(link)
+		if err := os.Symlink(abs, link); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	n.prependPath(dir)
+	return nil
+}
+
+// prependPath puts dir first on the PATH the node's commands get.
+func (n *Node) prependPath(dir string) {
+	path := os.Getenv("PATH")
+	for i := len(n.Env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(n.Env[i], "PATH="); ok {
+			path = v
+			break
+		}
+	}
+	n.Env = append(n.Env, "PATH="+dir+string(os.PathListSeparator)+path)
+}
+
+// kubeadmKubeletScript is kubelet as kubeadm's packages start it: the
+// systemd drop-in 10-kubeadm.conf's command line, with the flags kubeadm
+// writes into /var/lib/kubelet/kubeadm-flags.env at init or join. Until
+// then there is no config.yaml and kubelet exits: the daemon restarts it.
+const kubeadmKubeletScript = `[ -f /var/lib/kubelet/kubeadm-flags.env ] && . /var/lib/kubelet/kubeadm-flags.env
+exec kubelet --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf --config=/var/lib/kubelet/config.yaml $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+`
+
+// StartKubeadmKubelet starts the node's kubelet service as kubeadm expects
+// it: restarted whenever it exits, kubelet found on the node's PATH
+// (InstallBinaries), extraArgs as /etc/default/kubelet's
+// KUBELET_EXTRA_ARGS. kubeadm restarts the service through the init
+// system, which these nodes lack: it warns, and the crash-looping kubelet
+// finds its configuration at its next start.
+func (n *Node) StartKubeadmKubelet(extraArgs string) (*NodeDaemon, error) {
+	if extraArgs != "" {
+		n.Env = append(n.Env, "KUBELET_EXTRA_ARGS="+extraArgs)
+	}
+	return n.StartDaemon("kubelet", true, "sh", "-c", kubeadmKubeletScript)
 }

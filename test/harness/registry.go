@@ -41,6 +41,9 @@ type registryConfig struct {
 	dir          string
 	logPath      string
 	startTimeout time.Duration
+	// lanAddr is a Lan's host address the registry may listen on
+	// (WithRegistryOnLan), besides loopback.
+	lanAddr string
 }
 
 // RegistryOption configures a Registry.
@@ -56,6 +59,16 @@ func WithRegistryBinary(bin string) RegistryOption {
 // (default DefaultRegistryAddr).
 func WithRegistryAddr(addr string) RegistryOption {
 	return func(c *registryConfig) { c.addr = addr }
+}
+
+// WithRegistryOnLan listens on the host's address on lan, port: the nodes
+// of a Lan reach it there (127.0.0.1 is each node's own loopback). The
+// address is reachable from the lan's namespaces only, which the test made.
+func WithRegistryOnLan(lan *Lan, port int) RegistryOption {
+	return func(c *registryConfig) {
+		c.lanAddr = lan.HostIP().String()
+		c.addr = net.JoinHostPort(c.lanAddr, strconv.Itoa(port))
+	}
 }
 
 // WithRegistryPort listens on 127.0.0.1:port: for when another program
@@ -128,7 +141,7 @@ func NewRegistry(opts ...RegistryOption) (*Registry, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	if err := checkRegistryAddr(c.addr); err != nil {
+	if err := checkRegistryAddr(c.addr, c.lanAddr); err != nil {
 		return nil, err
 	}
 	r := &Registry{cfg: c}
@@ -157,16 +170,18 @@ func NewRegistry(opts ...RegistryOption) (*Registry, error) {
 	return r, nil
 }
 
-// checkRegistryAddr accepts an IPv4 loopback address with a port: the
-// registry has no TLS and no auth, so it must not be reachable from
-// elsewhere, and Docker pushes to it without TLS only on 127.0.0.0/8.
-func checkRegistryAddr(addr string) error {
+// checkRegistryAddr accepts an IPv4 loopback address with a port, or the
+// host's address on a test's Lan (lanAddr, when not empty): the registry
+// has no TLS and no auth, so it must not be reachable from elsewhere.
+// Docker pushes to it without TLS only on 127.0.0.0/8 (or where
+// --insecure-registry says).
+func checkRegistryAddr(addr, lanAddr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("registry address %q: %w (want 127.0.0.1:PORT)", addr, err)
 	}
 	ip := net.ParseIP(host)
-	if ip == nil || ip.To4() == nil || !ip.IsLoopback() {
+	if ip == nil || ip.To4() == nil || !ip.IsLoopback() && (lanAddr == "" || host != lanAddr) {
 		return fmt.Errorf("registry address %q: want an IPv4 loopback address such as 127.0.0.1:5000 (no TLS, no auth: it must not be reachable from other hosts)", addr)
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {

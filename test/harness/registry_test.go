@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"testing"
 	"time"
 )
+
+var testLan = &Lan{Name: "nslan", Prefix: netip.MustParsePrefix("10.131.0.0/24")}
 
 func TestNewRegistryAddress(t *testing.T) {
 	tests := []struct {
@@ -37,6 +40,10 @@ func TestNewRegistryAddress(t *testing.T) {
 		{name: "no port", opts: []RegistryOption{WithRegistryAddr("127.0.0.1")}, wantErr: "want 127.0.0.1:PORT"},
 		{name: "port 0", opts: []RegistryOption{WithRegistryPort(0)}, wantErr: "1-65535"},
 		{name: "port too big", opts: []RegistryOption{WithRegistryPort(70000)}, wantErr: "1-65535"},
+		{name: "a lan's host address", opts: []RegistryOption{WithRegistryOnLan(testLan, 5000)},
+			wantAddr: "10.131.0.254:5000", wantPrefix: "10.131.0.254:5000"},
+		// Only the lan's host address: not another on the lan, not another port's check skipped.
+		{name: "another address on the lan", opts: []RegistryOption{WithRegistryOnLan(testLan, 5000), WithRegistryAddr("10.131.0.11:5000")}, wantErr: "loopback"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/netshim/netshim/test/harness"
 )
 
@@ -96,5 +98,68 @@ func TestNodesAreSeparateMachines(t *testing.T) {
 	run(nodes[0], "test", "-e", "/var/lib/kubelet/vol/x")
 	if out, _ := harness.RunCmd("findmnt", "-rn", "-o", "TARGET"); strings.Contains(out, "/var/lib/kubelet/vol") {
 		t.Error("a node's mount reached the host")
+	}
+}
+
+// binary is the path in the environment variable env (set by make
+// e2e-multinode), which must be an executable.
+func binary(t *testing.T, env string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		t.Fatalf("$%s is not set (make e2e-multinode sets it)", env)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("$%s=%s: not an executable (%v)", env, p, err)
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+// Each node runs its own Docker 29 engine and netshim at the paths of a
+// packaged node, with its containers' cgroups under the node's own root.
+func TestNodesRunTheirOwnEngineAndNetshim(t *testing.T) {
+	_, lan, nodes := twoNodes(t)
+	dockerd, netshim := binary(t, "E2E_DOCKERD"), binary(t, "NETSHIM_BIN")
+	ctx := context.Background()
+	const pause = "10.131.0.254:5000/k8s/pause:3.10.2"
+	for _, n := range nodes {
+		eng, err := n.StartEngine(dockerd, harness.OCIWrapperBin(), "--insecure-registry", lan.HostIP().String()+":5000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := eng.Stop(harness.StopTimeout); err != nil {
+				t.Errorf("%s: %v", n.Name, err)
+			}
+		})
+		out, err := n.Docker(ctx, "info", "--format", "{{.ServerVersion}} {{.CgroupDriver}} {{range $k, $v := .Runtimes}}{{$k}},{{end}}")
+		if err != nil {
+			t.Fatalf("%s: docker info: %v\n%s", n.Name, err, out)
+		}
+		if f := strings.Fields(out); len(f) != 3 || !strings.HasPrefix(f[0], "29.") || !strings.Contains(f[2], harness.OCIWrapperRuntime+",") {
+			t.Errorf("%s: docker info = %q, want Docker 29 with runtime %s", n.Name, out, harness.OCIWrapperRuntime)
+		}
+		ns, err := n.StartNetshim(netshim, "--pod-infra-container-image="+pause)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := ns.Stop(harness.StopTimeout); err != nil {
+				t.Errorf("%s: %v", n.Name, err)
+			}
+		})
+		c := harness.ConnectCRI(t, harness.HostPath(ns.Pid(), harness.NodeNetshimSock))
+		v, err := c.Runtime.Version(ctx, &runtimeapi.VersionRequest{})
+		if err != nil || !strings.HasPrefix(v.GetRuntimeVersion(), "29.") {
+			t.Errorf("%s: CRI Version = %v, %v; want the node's Docker 29", n.Name, v, err)
+		}
+		st, err := c.Runtime.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+		if err != nil || !strings.Contains(st.GetInfo()["config"], `"sandboxImage":"`+pause+`"`) {
+			t.Errorf("%s: CRI Status info config = %q, %v; want sandboxImage %s", n.Name, st.GetInfo()["config"], err, pause)
+		}
 	}
 }
