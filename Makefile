@@ -338,6 +338,7 @@ e2e-multinode:
 	@hack/docker29.sh build
 	@log=$(OUT)/e2e-multinode.log; \
 	NETSHIM_BIN=$(OUT)/netshim NETSHIM_OCI_BIN=$(OUT)/netshim-oci E2E_DOCKERD=$(OUT)/docker29/bin/dockerd \
+	E2E_MULTINODE_STATE=$(OUT)/e2e-multinode.state \
 		$(GO) test -count=1 -race -tags multinode -v -timeout 20m ./test/multinode 2>&1 | tee "$$log" || rc=$$?; \
 	passed=$$(grep -cE '^--- PASS: Test' "$$log" || true); \
 	failed=$$(grep -cE '^--- FAIL: Test' "$$log" || true); \
@@ -394,7 +395,7 @@ node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
 ## test: lint, unit, test-deb, fuzz, e2e, e2e-docker-netns, e2e-faults, soak (3 minutes a mode), conformance (critest), test-pauseless (e2e and
-# critest), e2e-kubelet (kubelet v1.37), then e2e-vm in the background while test-docker29 (e2e and critest on Docker 29),
+# critest), e2e-kubelet (kubelet v1.37), then e2e-vm in the background while test-docker29 (e2e and critest on Docker 29), e2e-multinode,
 # e2e-takeover, e2e-cluster and node-conformance-quick run (all run; fails if any failed); the summary gives each one's
 # time. What it leaves to the targets themselves, because another suite of make test covers it: e2e-kubelet on kubelet
 # v1.36 (which e2e-takeover, e2e-cluster and node-conformance-quick run) and test-pauseless's kubelet e2e (e2e-vm runs
@@ -409,7 +410,7 @@ node-e2e-images: dockerd-start
 #   the end: e2e-vm, whose node touches nothing of the host's (engine, cgroups, network), so it cannot disturb the
 #   suites beside it.
 TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults soak conformance test-pauseless e2e-kubelet \
-	bg:e2e-vm test-docker29 e2e-takeover e2e-cluster node-conformance-quick
+	bg:e2e-vm test-docker29 e2e-multinode e2e-takeover e2e-cluster node-conformance-quick
 TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance' SOAK_MINUTES=3
 # PREBUILD=true runs no background builds (each suite builds what it needs itself).
 PREBUILD ?= hack/prebuild.sh

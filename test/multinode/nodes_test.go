@@ -22,7 +22,12 @@ func twoNodes(t *testing.T) (*harness.HostGuard, *harness.Lan, []*harness.Node) 
 	if os.Getuid() != 0 {
 		t.Fatal("the multinode suite needs root")
 	}
-	g := harness.GuardHost(t, filepath.Join(os.TempDir(), "netshim-multinode.state"))
+	// make e2e-multinode keeps it in _output; a killed run's is undone first.
+	state := os.Getenv("E2E_MULTINODE_STATE")
+	if state == "" {
+		state = filepath.Join(os.TempDir(), "netshim-multinode.state")
+	}
+	g := harness.GuardHost(t, state)
 	dir, err := os.MkdirTemp("", "nsnodes")
 	if err != nil {
 		t.Fatal(err)
