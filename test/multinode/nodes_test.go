@@ -168,3 +168,52 @@ func TestNodesRunTheirOwnEngineAndNetshim(t *testing.T) {
 		}
 	}
 }
+
+// A run killed with its nodes up (no cleanup ran) is undone by the next
+// run's guard on the same state file: the processes in the nodes' netns
+// are killed, the namespaces deleted, the mounts and directories gone.
+func TestAKilledRunIsUndoneByTheNext(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("the multinode suite needs root")
+	}
+	state := filepath.Join(t.TempDir(), "killed.state")
+	g, err := harness.NewHostGuard(state, harness.WithGuardLog(t.Logf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "nsnodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.RecordTempDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	lan, err := harness.NewLan(g, "nslank", netip.MustParsePrefix("10.131.1.0/24"), "nslank0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := harness.NewNode(g, lan, "nodek", lan.NodeIP(1), filepath.Join(dir, "nodek"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := n.StartDaemon("sleeper", false, "sleep", "600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := d.Pid()
+	// The next run.
+	if _, err := harness.NewHostGuard(state, harness.WithGuardLog(t.Logf)); err != nil {
+		t.Fatalf("recovering the killed run: %v", err)
+	}
+	if !harness.Eventually(harness.StopTimeout, func() bool { return d.Pid() == 0 }) {
+		t.Errorf("the node's process %d still runs", pid)
+	}
+	for _, p := range []string{n.NetNS, "/run/netns/" + lan.Name, dir, "/sys/fs/cgroup/memory/nodek", "/sys/class/net/nslank0"} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is still there (%v)", p, err)
+		}
+	}
+	if out, _ := harness.RunCmd("findmnt", "-rn", "-o", "TARGET"); strings.Contains(out, dir) {
+		t.Errorf("mounts under %s are left:\n%s", dir, out)
+	}
+}
