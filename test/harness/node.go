@@ -178,6 +178,12 @@ func nodeSetupScript(n *Node) string {
 		fmt.Fprintf(&b, "mount --bind %s %s\n", q(filepath.Join(n.Dir, "root", d)), q(d))
 	}
 	fmt.Fprintf(&b, "mount --bind %s /etc/machine-id\n", q(filepath.Join(n.Dir, "machine-id")))
+	// Its own name resolution: its name in /etc/hosts (kubeadm's preflight
+	// looks it up), and as nameserver the lan's gateway, where nothing
+	// answers (no query leaves the test's namespaces; pods' DNS is
+	// CoreDNS's, whose upstream this is).
+	fmt.Fprintf(&b, "mount --bind %s /etc/hosts\n", q(filepath.Join(n.Dir, "hosts")))
+	fmt.Fprintf(&b, "mount --bind %s /etc/resolv.conf\n", q(filepath.Join(n.Dir, "resolv.conf")))
 	// Network: the lan address, the lan's bridge as the default route (so
 	// that Service IPs route; they die there unless kube-proxy DNATs them).
 	b.WriteString("ip link set lo up\n")
@@ -228,6 +234,12 @@ func NewNode(g *HostGuard, lan *Lan, name string, ip netip.Addr, dir string) (*N
 	if err := writeMachineID(filepath.Join(dir, "machine-id")); err != nil {
 		return nil, fmt.Errorf("node %s: %w", name, err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(nodeHosts(name, ip)), 0o644); err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte("nameserver "+lan.Gateway().String()+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
 	if err := makeCgroupRoot(name); err != nil {
 		return nil, fmt.Errorf("node %s: %w", name, err)
 	}
@@ -256,6 +268,11 @@ func NewNode(g *HostGuard, lan *Lan, name string, ip netip.Addr, dir string) (*N
 		return nil, fmt.Errorf("setting up node %s: %w: %s", name, err, strings.TrimSpace(out))
 	}
 	return n, nil
+}
+
+// nodeHosts is a node's /etc/hosts: localhost and its own name.
+func nodeHosts(name string, ip netip.Addr) string {
+	return "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + ip.String() + "\t" + name + "\n"
 }
 
 // writeMachineID writes a random machine-id (32 hex digits), as
@@ -370,7 +387,7 @@ func (n *Node) StartEngine(dockerdBin, wrapper string, extra ...string) (*NodeDa
 		args = append(args, "--add-runtime", OCIWrapperRuntime+"="+wrapper)
 	}
 	args = append(args, extra...)
-	n.Env = append(n.Env, "PATH="+filepath.Dir(dockerdBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	n.prependPath(filepath.Dir(dockerdBin))
 	d, err := n.StartDaemon("dockerd", false, dockerdBin, args...)
 	if err != nil {
 		return nil, err

@@ -81,6 +81,8 @@ func TestNodeSetupScript(t *testing.T) {
 	}
 	for _, want := range []string{
 		"mount --bind '/tmp/nsnode.x/node1/machine-id' /etc/machine-id",
+		"mount --bind '/tmp/nsnode.x/node1/hosts' /etc/hosts",
+		"mount --bind '/tmp/nsnode.x/node1/resolv.conf' /etc/resolv.conf",
 		"ip addr add 10.131.0.11/24 dev eth0",
 		"ip route add default via 10.131.0.1",
 		"sysctl -qw net.ipv4.ip_forward=1",
@@ -88,6 +90,9 @@ func TestNodeSetupScript(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("script lacks %q:\n%s", want, s)
 		}
+	}
+	if h := nodeHosts("node1", n.IP); !strings.Contains(h, "10.131.0.11\tnode1\n") || !strings.HasPrefix(h, "127.0.0.1\tlocalhost\n") {
+		t.Errorf("hosts = %q", h)
 	}
 	if got := shellQuote("a'b"); got != `'a'\''b'` {
 		t.Errorf("shellQuote = %s", got)
