@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hack/build-kubelet.sh [build [MINOR...]] | cluster [MINOR] | e2e-node [MINOR] |
-#   update-gomod MINOR [VERSION] | versions
+#   e2e [MINOR] | update-gomod MINOR [VERSION] | versions
 #
 # The kubelets the kubelet e2e runs: one wrapper module per Kubernetes minor,
 # hack/kubelet/<MINOR>/ (MINOR like v1.36), each requiring one k8s.io/kubernetes
@@ -25,18 +25,26 @@
 #   checks that each wrapper go.mod is what this would write and stops if not.
 #
 # cluster [MINOR] (default v1.36): builds the control plane `make e2e-cluster`
-#   runs, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl of
-#   the release hack/kubelet/<MINOR>/go.mod requires, into _output/k8s-<MINOR>/,
+#   runs, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl,
+#   and kubeadm and kube-proxy for the kubeadm-built cluster of the multi-node
+#   suite, of the release hack/kubelet/<MINOR>/go.mod requires, into _output/k8s-<MINOR>/,
 #   with one `go build -o DIR/ PKG...` so that the packages they share compile
 #   once. Same wrapper module, same copy and ldflags as the kubelet; binaries
 #   that report the wanted version are not rebuilt. The kubelet stays
-#   _output/kubelet-<MINOR> (`build`). Cold (after the kubelet): about 2 min.
+#   _output/kubelet-<MINOR> (`build`). Cold (after the kubelet): about 2 min; all six with a cold
+#   Go cache and no kubelet built: 9.5 min on 2 cores at nice 19.
 #   Also unpacks Debian's etcd-server into _output/etcd/etcd (fetch_etcd).
 #
 # e2e-node [MINOR] (default v1.36): compiles kubernetes' node e2e suite
 #   (`go test -c k8s.io/kubernetes/test/e2e_node`) into
 #   _output/k8s-<MINOR>/e2e_node.test; it has no --version, so the version it
 #   was built for is kept next to it (e2e_node.test.version).
+#
+# e2e [MINOR] (default v1.36): the same for kubernetes' e2e suite, the one
+#   with the [Conformance] specs (`go test -c k8s.io/kubernetes/test/e2e`),
+#   into _output/k8s-<MINOR>/e2e.test (e2e.test.version). The module zip has
+#   no staging/, so `go test -c ./test/e2e` inside it cannot work: the wrapper
+#   module's replaces are what make it build.
 #
 # versions: prints "MINOR VERSION" per wrapper.
 set -euo pipefail
@@ -142,20 +150,26 @@ update_gomod() {
 }
 
 # has_version BIN VERSION: BIN exists and reports VERSION (kubectl through
-# `version --client`, the other commands through --version).
+# `version --client`, kubeadm, which has no --version, through `version -o
+# short`, the other commands through --version).
 has_version() {
   local want="Kubernetes $2" got
   [[ -x "$1" ]] || return 1
-  if [[ "$(basename "$1")" == kubectl ]]; then
-    want="Client Version: $2"
-    got=$("$1" version --client 2>/dev/null | head -n 1)
-  else
-    got=$("$1" --version 2>/dev/null)
-  fi
+  case "$(basename "$1")" in
+    kubectl)
+      want="Client Version: $2"
+      got=$("$1" version --client 2>/dev/null | head -n 1)
+      ;;
+    kubeadm)
+      want=$2
+      got=$("$1" version -o short 2>/dev/null)
+      ;;
+    *) got=$("$1" --version 2>/dev/null) ;;
+  esac
   [[ "$got" == "$want" ]]
 }
 
-# DEFAULT_CLUSTER_MINOR: the release `cluster` and `e2e-node` build by default,
+# DEFAULT_CLUSTER_MINOR: the release `cluster`, `e2e-node` and `e2e` build by default,
 # the kubelet's that `make e2e-cluster` runs.
 DEFAULT_CLUSTER_MINOR=v1.36
 
@@ -231,7 +245,7 @@ build_one() {
 }
 
 # CLUSTER_CMDS: what `cluster` builds, each a package k8s.io/kubernetes/cmd/<name>.
-CLUSTER_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+CLUSTER_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm kube-proxy)
 
 # build_cluster [MINOR]: builds the CLUSTER_CMDS into _output/k8s-MINOR/
 # unless they are all there, at the wanted version, already.
@@ -287,7 +301,7 @@ fetch_etcd() {
   tmp=$(mktemp -d)
   # The package index may be missing on a fresh machine: update once then.
   if ! (cd "$tmp" && apt-get download etcd-server >"$tmp/log" 2>&1); then
-    apt-get update >"$tmp/log" 2>&1 && (cd "$tmp" && apt-get download etcd-server >>"$tmp/log" 2>&1) ||
+    { apt-get update >"$tmp/log" 2>&1 && (cd "$tmp" && apt-get download etcd-server >>"$tmp/log" 2>&1); } ||
       { cat "$tmp/log" >&2; rm -rf "$tmp"; die "apt-get download etcd-server failed"; }
   fi
   deb=$(ls "$tmp"/etcd-server_*.deb)
@@ -299,15 +313,17 @@ fetch_etcd() {
   echo "build-kubelet.sh: unpacked $("$dir/etcd" --version | head -n 1) from $(basename "$deb") into $dir"
 }
 
-# build_e2e_node [MINOR]: compiles _output/k8s-MINOR/e2e_node.test unless the
-# one there was built for the wanted version.
-build_e2e_node() {
-  local minor=${1:-$DEFAULT_CLUSTER_MINOR} version dir bin src log
+# build_suite MINOR PKG NAME LOGNAME WHAT: compiles kubernetes' test package
+# PKG (`go test -c`) into _output/k8s-MINOR/NAME unless the one there was built
+# for the wanted version; it has no --version, so that version is kept next to
+# it (NAME.version).
+build_suite() {
+  local minor=$1 pkg=$2 name=$3 logname=$4 what=$5 version dir bin src log
   check_minor "$minor"
   version=$(wanted_version "$minor")
   dir="$OUT/k8s-$minor"
-  bin="$dir/e2e_node.test"
-  log="$OUT/build-e2e-node-$minor.log"
+  bin="$dir/$name"
+  log="$OUT/build-$logname-$minor.log"
   if [[ -x "$bin" && "$(cat "$bin.version" 2>/dev/null)" == "$version" ]]; then
     return 0
   fi
@@ -316,7 +332,7 @@ build_e2e_node() {
     return 0
   fi
   local start=$SECONDS
-  echo "build-kubelet.sh: compiling kubernetes' node e2e suite $version into $bin (log: $log)"
+  echo "build-kubelet.sh: compiling $what $version into $bin (log: $log)"
   src=$(prepare_src "$minor" "$version")
   mkdir -p "$dir"
   rm -f "$bin.version"
@@ -324,14 +340,24 @@ build_e2e_node() {
   # -mod=mod (GOFLAGS above) adds their go.sum lines.
   if ! (cd "$src" &&
     "$GO" mod tidy &&
-    "$GO" test -c -trimpath -ldflags "$(kube_ldflags "$version")" -o "$bin.tmp" "$KUBE_MODULE/test/e2e_node") >"$log" 2>&1; then
+    "$GO" test -c -trimpath -ldflags "$(kube_ldflags "$version")" -o "$bin.tmp" "$KUBE_MODULE/$pkg") >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     rm -f "$bin.tmp"
-    die "compiling the node e2e suite $version failed (log: $log)"
+    die "compiling $what $version failed (log: $log)"
   fi
   mv -f "$bin.tmp" "$bin"
   echo "$version" >"$bin.version"
   echo "build-kubelet.sh: built $bin ($version) in $((SECONDS - start)) s"
+}
+
+# build_e2e_node [MINOR]: _output/k8s-MINOR/e2e_node.test, the node e2e suite.
+build_e2e_node() {
+  build_suite "${1:-$DEFAULT_CLUSTER_MINOR}" test/e2e_node e2e_node.test e2e-node "kubernetes' node e2e suite"
+}
+
+# build_e2e [MINOR]: _output/k8s-MINOR/e2e.test, the e2e (conformance) suite.
+build_e2e() {
+  build_suite "${1:-$DEFAULT_CLUSTER_MINOR}" test/e2e e2e.test e2e "kubernetes' e2e suite"
 }
 
 build() {
@@ -353,6 +379,7 @@ case "$cmd" in
   update-gomod) update_gomod "$@" ;;
   cluster) build_cluster "$@" ;;
   e2e-node) build_e2e_node "$@" ;;
+  e2e) build_e2e "$@" ;;
   versions) versions ;;
-  *) echo "usage: $0 [build [MINOR...]] | cluster [MINOR] | e2e-node [MINOR] | update-gomod MINOR [VERSION] | versions" >&2; exit 2 ;;
+  *) echo "usage: $0 [build [MINOR...]] | cluster [MINOR] | e2e-node [MINOR] | e2e [MINOR] | update-gomod MINOR [VERSION] | versions" >&2; exit 2 ;;
 esac
