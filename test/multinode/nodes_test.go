@@ -217,3 +217,31 @@ func TestAKilledRunIsUndoneByTheNext(t *testing.T) {
 		t.Errorf("mounts under %s are left:\n%s", dir, out)
 	}
 }
+
+// The kubeadm files the cluster is built with are valid for the kubeadm of
+// the release (kubeadm config validate: every field known, every value
+// accepted), init's and join's alike.
+func TestKubeadmAcceptsTheClusterConfigs(t *testing.T) {
+	kubeadm := binary(t, "KUBEADM_BIN")
+	_, lan, nodes := twoNodes(t)
+	c := harness.KubeadmCluster{
+		Version: os.Getenv("KUBE_VERSION"), ImageRepository: lan.HostIP().String() + ":5000/k8s",
+		PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/12", CRISocket: "unix://" + harness.NodeNetshimSock,
+	}
+	if c.Version == "" {
+		t.Fatal("$KUBE_VERSION is not set (make e2e-multinode sets it)")
+	}
+	files := map[string]string{
+		"init": c.InitConfig(nodes[0]),
+		"join": c.JoinConfig(nodes[1], nodes[0].IP.String()+":6443", "abcdef.0123456789abcdef", "sha256:"+strings.Repeat("0", 64)),
+	}
+	for name, cfg := range files {
+		path := filepath.Join(t.TempDir(), name+".yaml")
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := harness.RunCmd(kubeadm, "config", "validate", "--config", path); err != nil {
+			t.Errorf("kubeadm config validate (%s): %v\n%s\n%s", name, err, out, cfg)
+		}
+	}
+}
