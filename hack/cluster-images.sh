@@ -244,34 +244,46 @@ component() {
   echo "${c%%:*}"
 }
 
-# images REPO: "COMPONENT NAME" for every image, as named under REPO.
-images() {
-  local n
+# images_under REPO: fills IMAGE_COMPONENTS and IMAGE_NAMES with every image
+# as named under REPO (kubeadm's, in its order, then flannel's). Arrays, not
+# a pipe: a failing kubeadm must stop the script, not shorten the list.
+IMAGE_COMPONENTS=()
+IMAGE_NAMES=()
+images_under() {
+  local out n
+  out=$(kubeadm_images "$1") || exit 1
+  IMAGE_COMPONENTS=()
+  IMAGE_NAMES=()
   while read -r n; do
-    [[ -n "$n" ]] && echo "$(component "$n") $n"
-  done < <(kubeadm_images "$1")
-  echo "flannel $1/flannel:$FLANNEL_VERSION"
+    [[ -n "$n" ]] || continue
+    IMAGE_COMPONENTS+=("$(component "$n")")
+    IMAGE_NAMES+=("$n")
+  done <<<"$out"
+  ((${#IMAGE_NAMES[@]} > 0)) || die "kubeadm config images list listed nothing"
+  IMAGE_COMPONENTS+=(flannel)
+  IMAGE_NAMES+=("$1/flannel:$FLANNEL_VERSION")
 }
 
-# local_images: "COMPONENT NAME" for every image under its local name.
+# local_images: images_under kubeadm's default repository, flannel under its
+# local name; also sets LOCAL_NAMES to the same names.
+LOCAL_NAMES=()
 local_images() {
-  local c n
-  while read -r c n; do
-    [[ $c == flannel ]] && n=$FLANNEL_IMAGE
-    echo "$c $n"
-  done < <(images "$DEFAULT_REPO")
+  images_under "$DEFAULT_REPO"
+  IMAGE_NAMES[${#IMAGE_NAMES[@]} - 1]=$FLANNEL_IMAGE
+  LOCAL_NAMES=("${IMAGE_NAMES[@]}")
 }
 
 # check_pins: kubeadm's etcd and CoreDNS tags are the versions built here.
 check_pins() {
-  local c n tag
-  while read -r c n; do
-    tag=${n##*:}
-    case "$c" in
+  local i tag
+  local_images
+  for i in "${!IMAGE_NAMES[@]}"; do
+    tag=${IMAGE_NAMES[i]##*:}
+    case "${IMAGE_COMPONENTS[i]}" in
       etcd) [[ "$tag" == "${ETCD_VERSION#v}-"* ]] || die "kubeadm wants etcd $tag, hack/etcd/go.mod builds $ETCD_VERSION" ;;
       coredns) [[ "$tag" == "$COREDNS_VERSION" ]] || die "kubeadm wants CoreDNS $tag, this script builds $COREDNS_VERSION" ;;
     esac
-  done < <(local_images)
+  done
 }
 
 # ---- image recipes --------------------------------------------------------
@@ -434,20 +446,27 @@ build_image() {
     rm -rf "$ctx"
     return 0
   fi
+  local previous
+  previous=$(docker image inspect -f '{{.Id}}' "$name" 2>/dev/null || true)
   DOCKER_BUILDKIT=0 docker build -q --network none --label "$KEY_LABEL=$key" -t "$name" "$ctx" >"$blog" 2>&1 ||
     { tail -n 20 "$blog" >&2; die "docker build of $name failed"; }
   rm -rf "$ctx"
+  # The image the name left, unless another name or a container holds it.
+  [[ -z "$previous" ]] || docker image rm "$previous" >/dev/null 2>&1 || true
   log "built $name"
 }
 
 build() {
-  local repo=${1:-} c n pushed
+  local repo=${1:-} i c n
   need_docker
   "$ROOT/hack/build-kubelet.sh" cluster "$KUBE_MINOR"
   bins
   "$ROOT/hack/images.sh" >/dev/null
   check_pins
-  while read -r c n; do
+  local_images
+  for i in "${!IMAGE_NAMES[@]}"; do
+    c=${IMAGE_COMPONENTS[i]}
+    n=${IMAGE_NAMES[i]}
     case "$c" in
       pause)
         docker image inspect "$PAUSE_BASE" >/dev/null 2>&1 || die "$PAUSE_BASE (hack/images.sh) is missing"
@@ -458,31 +477,26 @@ build() {
         ;;
       *) die "kubeadm lists an image this script has no recipe for: $n" ;;
     esac
-  done < <(local_images)
+  done
   if [[ -n "$repo" ]]; then
-    while read -r c pushed; do
-      docker tag "$(local_name "$c")" "$pushed"
-    done < <(images "$repo")
+    images_under "$repo"
+    for i in "${!IMAGE_NAMES[@]}"; do
+      docker tag "${LOCAL_NAMES[i]}" "${IMAGE_NAMES[i]}"
+    done
   fi
-  log "every image is built ($(local_images | wc -l) images)"
-}
-
-# local_name COMPONENT: the local name of COMPONENT's image.
-local_name() {
-  local c n
-  while read -r c n; do
-    [[ "$c" == "$1" ]] && { echo "$n"; return 0; }
-  done < <(local_images)
-  die "no image for $1"
+  log "every image is built (${#LOCAL_NAMES[@]} images)"
 }
 
 push_all() {
-  local repo=$1 c target src plog="$IMG_OUT/push.log" count=0 had
+  local repo=$1 i src target plog="$IMG_OUT/push.log" had
   need_docker
   mkdir -p "$IMG_OUT"
   : >"$plog"
-  while read -r c target; do
-    src=$(local_name "$c")
+  local_images
+  images_under "$repo"
+  for i in "${!IMAGE_NAMES[@]}"; do
+    src=${LOCAL_NAMES[i]}
+    target=${IMAGE_NAMES[i]}
     docker image inspect "$src" >/dev/null 2>&1 || die "$src is missing: run $0 build first"
     had=1
     docker image inspect "$target" >/dev/null 2>&1 || had=0
@@ -490,18 +504,21 @@ push_all() {
     docker push "$target" >>"$plog" 2>&1 || { tail -n 20 "$plog" >&2; die "docker push $target failed"; }
     # Leave the engine's names as they were (build REPO's stay).
     ((had == 1)) || docker image rm "$target" >/dev/null
-    count=$((count + 1))
-  done < <(images "$repo")
-  log "pushed $count images under $repo"
+  done
+  log "pushed ${#IMAGE_NAMES[@]} images under $repo"
 }
 
 list() {
-  local c n
+  local i c n
   if (($# == 1)); then
-    images "$1" | awk '{print $2}'
+    images_under "$1"
+    printf '%s\n' "${IMAGE_NAMES[@]}"
     return 0
   fi
-  while read -r c n; do
+  local_images
+  for i in "${!IMAGE_NAMES[@]}"; do
+    c=${IMAGE_COMPONENTS[i]}
+    n=${IMAGE_NAMES[i]}
     case "$c" in
       pause) printf '%-50s %s\n' "$n" "tag of $PAUSE_BASE (hack/images.sh)" ;;
       etcd) printf '%-50s %s\n' "$n" "etcd $ETCD_VERSION ($ETCD_BIN)" ;;
@@ -510,7 +527,7 @@ list() {
       kube-proxy) printf '%-50s %s\n' "$n" "$K8S_DIR/kube-proxy, host iptables and conntrack" ;;
       *) printf '%-50s %s\n' "$n" "$K8S_DIR/$c" ;;
     esac
-  done < <(local_images)
+  done
 }
 
 case "${1:-build}" in
