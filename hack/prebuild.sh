@@ -2,9 +2,11 @@
 # hack/prebuild.sh: builds, one after the other, what make test's later suites
 # build for themselves: crictl and critest, the kubelets v1.37 and v1.36, the
 # Docker 29 engine, the VM node's image, cri-dockerd, the v1.36 control plane
-# (with kubeadm and kube-proxy), the node e2e suite and its programs, the
-# kubeadm cluster's programs (etcd 3.6, flannel, CoreDNS) and the e2e
-# (conformance) suite, in the order make test needs them.
+# (with kubeadm and kube-proxy), the node e2e suite and its programs, in the
+# order make test needs them. The kubeadm cluster's programs
+# (hack/cluster-images.sh bins) and the e2e suite (build-kubelet.sh e2e)
+# join the list with the first suite of make test that runs them: until
+# then they would only take CPU from the suites.
 #
 # Why: on a machine with a cold Go cache these builds take about 30 minutes of
 # two cores, while most suites leave the CPU idle waiting for Docker, kubelet or
@@ -34,8 +36,6 @@ STEPS=(
   "control plane v1.36|hack/build-kubelet.sh cluster v1.36"
   "node e2e suite v1.36|hack/build-kubelet.sh e2e-node v1.36"
   "node e2e programs|hack/node-e2e-images.sh bins"
-  "cluster programs|hack/cluster-images.sh bins"
-  "e2e suite v1.36|hack/build-kubelet.sh e2e v1.36"
 )
 
 start=$SECONDS
