@@ -29,7 +29,9 @@ import (
 // node-to-node traffic), which the host reaches over one veth.
 //
 // Everything a Lan or Node changes outside its directory is recorded in the
-// HostGuard first, so that a run killed half-way is undone by the next.
+// HostGuard first, so that a run killed half-way is undone by the next; the
+// guard's Restore is also how a run takes them down (it kills what still
+// runs in their netns), so they have no Close of their own.
 
 // NodeBinds are the directories each node has its own copy of, bound over
 // the host's in the node's mount namespace. kubelet hard-codes
@@ -131,10 +133,6 @@ func NewLan(g *HostGuard, name string, prefix netip.Prefix, hostLink string) (*L
 	return l, nil
 }
 
-// Close deletes the lan's namespace (and with it the bridge and the host's
-// veth).
-func (l *Lan) Close() error { return deleteNetns(l.Name) }
-
 // Node is one node: see the package comment above NodeBinds.
 type Node struct {
 	// Name is the node's name (kubelet's --hostname-override, its cgroup
@@ -209,6 +207,11 @@ func NewNode(g *HostGuard, lan *Lan, name string, ip netip.Addr, dir string) (*N
 	if !lan.Prefix.Contains(ip) {
 		return nil, fmt.Errorf("node %s: address %s is not on the lan %s", name, ip, lan.Prefix)
 	}
+	// Checked before anything is made: bad input changes nothing.
+	lanPort := "n-" + name
+	if name == "" || len(lanPort) > 15 || strings.ContainsAny(name, "/ \t\n") {
+		return nil, fmt.Errorf("node name %q: want 1 to 13 characters without '/' or white space (its link on the lan is %q, at most 15)", name, lanPort)
+	}
 	n := &Node{
 		Name: name, IP: ip, Dir: dir,
 		NetNS:   filepath.Join("/run/netns", nodeNetnsName(name)),
@@ -244,10 +247,6 @@ func NewNode(g *HostGuard, lan *Lan, name string, ip netip.Addr, dir string) (*N
 		return nil, fmt.Errorf("node %s: %w", name, err)
 	}
 	nsDir := filepath.Join(dir, "ns")
-	lanPort := "n-" + name
-	if len(lanPort) > 15 {
-		return nil, fmt.Errorf("node name %q is too long for its link name %q (15 characters)", name, lanPort)
-	}
 	steps := [][]string{
 		{"ip", "netns", "add", nodeNetnsName(name)},
 		{"ip", "link", "add", "eth0", "netns", nodeNetnsName(name), "type", "veth", "peer", "name", lanPort, "netns", lan.Name},
@@ -313,14 +312,6 @@ func (n *Node) Command(ctx context.Context, name string, args ...string) *exec.C
 	return cmd
 }
 
-// daemonCommand is Command for a process that outlives any one call.
-func (n *Node) daemonCommand(name string, args ...string) *exec.Cmd {
-	argv := n.argv(name, args)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), n.Env...)
-	return cmd
-}
-
 // argv is the command line that runs name in the node. A Node without
 // namespace files (unit tests' only) runs it as it is.
 func (n *Node) argv(name string, args []string) []string {
@@ -337,21 +328,6 @@ func (n *Node) Run(ctx context.Context, name string, args ...string) (string, er
 	defer cancel()
 	out, err := n.Command(ctx, name, args...).CombinedOutput()
 	return string(out), err
-}
-
-// Close deletes the node's netns; the caller stops its daemons first, and
-// the guard's Restore unmounts its mount namespace and directories.
-func (n *Node) Close() error { return deleteNetns(nodeNetnsName(n.Name)) }
-
-// deleteNetns deletes the named netns if it exists.
-func deleteNetns(name string) error {
-	if _, err := os.Stat(filepath.Join("/run/netns", name)); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if out, err := RunCmd("ip", "netns", "delete", name); err != nil {
-		return fmt.Errorf("deleting netns %s: %w: %s", name, err, strings.TrimSpace(out))
-	}
-	return nil
 }
 
 // NodeDockerSock and NodeNetshimSock are where the node's engine and

@@ -179,3 +179,29 @@ func TestHostGuardRemovesANetnsAndWhatRunsInIt(t *testing.T) {
 		t.Errorf("the process in another netns was killed: %v", err)
 	}
 }
+
+// Bad input is refused before anything is made: NewNode touches neither the
+// guard (nil here) nor the host.
+func TestNewNodeRefusesBadInput(t *testing.T) {
+	l := &Lan{Name: "nslan", Prefix: netip.MustParsePrefix("10.131.0.0/24")}
+	for _, tc := range []struct {
+		name, node string
+		ip         netip.Addr
+		wantErr    string
+	}{
+		{"address off the lan", "node1", netip.MustParseAddr("10.131.1.11"), "not on the lan"},
+		{"empty name", "", l.NodeIP(1), "want 1 to 13 characters"},
+		{"name too long for its link", "node-with-a-long-name", l.NodeIP(1), "at most 15"},
+		{"slash", "a/b", l.NodeIP(1), "without '/'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "n")
+			if _, err := NewNode(nil, l, tc.node, tc.ip, dir); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("NewNode(%q, %s) = %v, want %q", tc.node, tc.ip, err, tc.wantErr)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("%s was made (%v)", dir, err)
+			}
+		})
+	}
+}

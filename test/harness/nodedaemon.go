@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -62,7 +63,8 @@ func (d *NodeDaemon) start() error {
 	}
 	// nsenter execs bin after entering the namespaces: the process is
 	// the daemon itself, and a signal to it reaches the daemon.
-	cmd := d.node.daemonCommand(d.bin, d.args...)
+	// Never cancelled: the daemon outlives the call that starts it.
+	cmd := d.node.Command(context.Background(), d.bin, d.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	p, err := startProc(cmd, logf)
 	if err != nil {
