@@ -88,6 +88,9 @@ FLANNEL_BIN="$OUT/flannel/flanneld"
 COREDNS_BIN="$OUT/coredns/coredns"
 
 die() { echo "cluster-images.sh: $*" >&2; exit 1; }
+# need_docker, copy_libs
+# shellcheck source=hack/lib/images.sh
+source "$ROOT/hack/lib/images.sh"
 log() { echo "cluster-images.sh: $*"; }
 
 # Module builds: sums from the proxy, not the checksum database (which the
@@ -287,25 +290,6 @@ check_pins() {
 }
 
 # ---- image recipes --------------------------------------------------------
-
-need_docker() {
-  timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1 ||
-    die "the Docker engine does not answer (run hack/dockerd.sh start)"
-}
-
-# copy_libs ROOTFS BIN...: the shared libraries BINs need (ldd), same paths.
-copy_libs() {
-  local rootfs=$1 bin lib
-  shift
-  for bin in "$@"; do
-    LC_ALL=C ldd "$bin" 2>/dev/null | grep -q 'not found' && die "$bin needs a library the host lacks: $(ldd "$bin" | grep 'not found')"
-    while read -r lib; do
-      [[ -n "$lib" && ! -e "$rootfs$lib" ]] || continue
-      mkdir -p "$rootfs$(dirname "$lib")"
-      cp -L "$lib" "$rootfs$lib"
-    done < <(LC_ALL=C ldd "$bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
-  done
-}
 
 # put ROOTFS SRC DEST [MODE]: installs SRC as ROOTFS/DEST with its libraries.
 put() {

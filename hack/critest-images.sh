@@ -77,6 +77,9 @@ IMAGES=(
 )
 
 die() { echo "critest-images.sh: $*" >&2; exit 1; }
+# need_docker, copy_libs
+# shellcheck source=hack/lib/images.sh
+source "$ROOT/hack/lib/images.sh"
 log() { echo "critest-images.sh: $*"; }
 
 # quietly LOG CMD...: runs CMD with its output in LOG, shown (tail) on failure.
@@ -87,11 +90,6 @@ quietly() {
     tail -n 30 "$logf" >&2
     return 1
   fi
-}
-
-need_docker() {
-  timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1 ||
-    die "the Docker engine does not answer (run hack/dockerd.sh start)"
 }
 
 # ---- inputs -------------------------------------------------------------------
@@ -142,21 +140,6 @@ host_tool() {
   local p
   p=$(command -v "$1") || die "$1 not found on the host (install procps / util-linux)"
   readlink -f "$p"
-}
-
-# copy_libs ROOTFS BIN...: copies the shared libraries BINs need (ldd), and the
-# dynamic loader, into ROOTFS under the same paths.
-copy_libs() {
-  local rootfs=$1 bin lib
-  shift
-  for bin in "$@"; do
-    while read -r lib; do
-      [[ -n "$lib" ]] || continue
-      [[ -e "$rootfs$lib" ]] && continue
-      mkdir -p "$rootfs$(dirname "$lib")"
-      cp -L "$lib" "$rootfs$lib"
-    done < <(LC_ALL=C ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
-  done
 }
 
 # ---- rootfs recipes -----------------------------------------------------------

@@ -95,25 +95,10 @@ BLOCKED=(
 )
 
 die() { echo "node-e2e-images.sh: $*" >&2; exit 1; }
+# need_docker, copy_libs
+# shellcheck source=hack/lib/images.sh
+source "$ROOT/hack/lib/images.sh"
 log() { echo "node-e2e-images.sh: $*"; }
-
-need_docker() {
-  timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1 ||
-    die "the Docker engine does not answer (run hack/dockerd.sh start)"
-}
-
-# copy_libs ROOTFS BIN...: the shared libraries BINs need (ldd), same paths.
-copy_libs() {
-  local rootfs=$1 bin lib
-  shift
-  for bin in "$@"; do
-    while read -r lib; do
-      [[ -n "$lib" && ! -e "$rootfs$lib" ]] || continue
-      mkdir -p "$rootfs$(dirname "$lib")"
-      cp -L "$lib" "$rootfs$lib"
-    done < <(LC_ALL=C ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
-  done
-}
 
 # host_bin CTX NAME: copies the host's NAME into CTX/usr/bin with its libraries.
 host_bin() {
