@@ -44,7 +44,9 @@ func (ds *DockerService) sandboxStatusOf(ref sandboxRef) *runtimeapi.PodSandboxS
 		st.Labels, st.Annotations = info.labels, info.annotations
 		st.RuntimeHandler = info.runtimeHandler
 		st.CreatedAt = ref.rec.CreatedAt
-		st.State = ds.sandboxState(ref.rec.ID, ref.rec.Running())
+		// The state and the IPs come from one checkpoint: read twice, a
+		// setup finishing in between reads READY with no IP.
+		st.State = stateOf(ref.rec.Running(), ref.cp)
 		nsOpts = info.nsOptions
 	} else {
 		st.Metadata = &runtimeapi.PodSandboxMetadata{Name: ref.cp.Name, Namespace: ref.cp.Namespace, Uid: ref.cp.UID, Attempt: ref.cp.Attempt}
@@ -71,7 +73,12 @@ func (ds *DockerService) sandboxStatusOf(ref sandboxRef) *runtimeapi.PodSandboxS
 // sandboxState is READY while the infra container runs and its checkpoint
 // says the network setup completed and has not been torn down since.
 func (ds *DockerService) sandboxState(id string, running bool) runtimeapi.PodSandboxState {
-	if running && ds.sandboxReady(id) {
+	return stateOf(running, ds.getCheckpoint(id))
+}
+
+// stateOf is sandboxState for a checkpoint already in hand.
+func stateOf(running bool, cp *checkpoint.PodSandbox) runtimeapi.PodSandboxState {
+	if running && checkpointReady(cp) {
 		return runtimeapi.PodSandboxState_SANDBOX_READY
 	}
 	return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
@@ -81,9 +88,11 @@ func (ds *DockerService) sandboxState(id string, running bool) runtimeapi.PodSan
 // network setup. With no checkpoint nothing is known (an undo that lost it,
 // a checkpoint that could not be rebuilt), so the sandbox is not ready.
 func (ds *DockerService) sandboxReady(id string) bool {
-	ds.mu.Lock()
-	cp := ds.sandboxes[id]
-	ds.mu.Unlock()
+	return checkpointReady(ds.getCheckpoint(id))
+}
+
+// checkpointReady is sandboxReady for a checkpoint already in hand.
+func checkpointReady(cp *checkpoint.PodSandbox) bool {
 	return cp != nil && cp.NetworkReady() && !cp.TeardownStarted && !cp.NetworkTornDown && pauselessPinned(cp)
 }
 
