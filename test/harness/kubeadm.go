@@ -1,10 +1,12 @@
 package harness
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // KubeadmCluster is what the kubeadm configuration of a cluster of Nodes
@@ -56,6 +58,9 @@ nodeRegistration:
   name: %s
   criSocket: %s
   ignorePreflightErrors: [SystemVerification]
+  kubeletExtraArgs:
+  - name: node-ip
+    value: %s
 patches:
   directory: %s
 ---
@@ -70,10 +75,27 @@ networking:
 ---
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-`, n.IP, n.Name, c.CRISocket, n.PatchDir(), c.Version, c.ImageRepository, n.IP, c.PodSubnet, c.ServiceSubnet)
+`, n.IP, n.Name, c.CRISocket, n.IP, n.PatchDir(), c.Version, c.ImageRepository, n.IP, c.PodSubnet, c.ServiceSubnet)
 	b.WriteString(KubeletOnThisMachine)
+	b.WriteString("---\n")
+	b.WriteString(KubeProxyOnThisMachine)
 	return b.String()
 }
+
+// KubeProxyOnThisMachine is the KubeProxyConfiguration of a cluster whose
+// nodes are network namespaces of one machine (what kind gives kube-proxy):
+// iptables mode, and no conntrack sysctl written, since
+// net.netfilter.nf_conntrack_max is read-only outside the machine's first
+// netns (maxPerCore: 0 leaves it; the two timeouts 0s leave theirs, which
+// are the machine's too).
+const KubeProxyOnThisMachine = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+conntrack:
+  maxPerCore: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`
 
 // JoinConfig is the configuration of `kubeadm join` on node n, to the API
 // server at apiServer (host:port) with a bootstrap token and the CA's
@@ -114,4 +136,79 @@ func (n *Node) WriteKubeletPatch() error {
 
 func (n *Node) kubeletPatch() string {
 	return "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: /" + n.Name + "\n"
+}
+
+// KubeadmDeadline bounds one kubeadm init or join: the image pulls, the
+// control plane's start (kubeadm's own wait is 4 minutes) and the addons.
+const KubeadmDeadline = 10 * time.Minute
+
+// KubeadmInit runs `kubeadm init --config` on n, kubeadm being on the
+// node's PATH (InstallBinaries), with the node's kubelet patch written
+// first. Its output is returned, also on failure.
+func (c KubeadmCluster) KubeadmInit(ctx context.Context, n *Node) (string, error) {
+	return c.kubeadm(ctx, n, "init", c.InitConfig(n))
+}
+
+// KubeadmJoin runs `kubeadm join --config` on n, to the API server at
+// apiServer with the token and CA hash of KubeadmJoinToken.
+func (c KubeadmCluster) KubeadmJoin(ctx context.Context, n *Node, apiServer, token, caCertHash string) (string, error) {
+	return c.kubeadm(ctx, n, "join", c.JoinConfig(n, apiServer, token, caCertHash))
+}
+
+func (c KubeadmCluster) kubeadm(ctx context.Context, n *Node, verb, config string) (string, error) {
+	if err := n.WriteKubeletPatch(); err != nil {
+		return "", err
+	}
+	path := filepath.Join(n.Dir, "kubeadm-"+verb+".yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, KubeadmDeadline)
+	defer cancel()
+	out, err := n.Command(ctx, "kubeadm", verb, "--config", path, "-v=1").CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("node %s: kubeadm %s: %w", n.Name, verb, err)
+	}
+	return string(out), nil
+}
+
+// KubeadmJoinToken makes a bootstrap token on the control-plane node n and
+// returns what `kubeadm join` needs: the API server, the token and the CA
+// hash (parsed from --print-join-command, the line an operator copies).
+func KubeadmJoinToken(ctx context.Context, n *Node) (apiServer, token, caCertHash string, err error) {
+	out, err := n.Run(ctx, "kubeadm", "token", "create", "--print-join-command")
+	if err != nil {
+		return "", "", "", fmt.Errorf("node %s: kubeadm token create: %w: %s", n.Name, err, out)
+	}
+	return parseJoinCommand(out)
+}
+
+// parseJoinCommand reads `kubeadm join HOST:PORT --token T
+// --discovery-token-ca-cert-hash H` (the last such line of out).
+func parseJoinCommand(out string) (apiServer, token, caCertHash string, err error) {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != "kubeadm" || f[1] != "join" {
+			continue
+		}
+		apiServer, token, caCertHash = f[2], "", ""
+		for i := 3; i+1 < len(f); i++ {
+			switch f[i] {
+			case "--token":
+				token = f[i+1]
+			case "--discovery-token-ca-cert-hash":
+				caCertHash = f[i+1]
+			}
+		}
+	}
+	if apiServer == "" || token == "" || caCertHash == "" {
+		return "", "", "", fmt.Errorf("no `kubeadm join HOST:PORT --token T --discovery-token-ca-cert-hash H` in %q", out)
+	}
+	return apiServer, token, caCertHash, nil
+}
+
+// Kubectl runs kubectl on the control-plane node n with kubeadm's admin
+// kubeconfig (at most CommandDeadline).
+func Kubectl(ctx context.Context, n *Node, args ...string) (string, error) {
+	return n.Run(ctx, "kubectl", append([]string{"--kubeconfig", "/etc/kubernetes/admin.conf"}, args...)...)
 }

@@ -28,7 +28,8 @@ func TestKubeadmConfigs(t *testing.T) {
 		"kind: InitConfiguration", "advertiseAddress: 10.131.0.11", "criSocket: unix:///run/netshim/netshim.sock",
 		"name: node1", "directory: /tmp/nsnode.x/node1/patches", "kubernetesVersion: v1.36.3",
 		"imageRepository: 10.131.0.254:5000/k8s", "podSubnet: 10.244.0.0/16", "kind: KubeletConfiguration",
-		"failCgroupV1: false", "ignorePreflightErrors: [SystemVerification]",
+		"failCgroupV1: false", "ignorePreflightErrors: [SystemVerification]", "name: node-ip\n    value: 10.131.0.11",
+		"kind: KubeProxyConfiguration", "mode: iptables", "maxPerCore: 0",
 	} {
 		if !strings.Contains(init, want) {
 			t.Errorf("init config lacks %q:\n%s", want, init)
@@ -50,5 +51,20 @@ func TestKubeadmConfigs(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(n.PatchDir(), "kubeletconfiguration+strategic.yaml"))
 	if err != nil || !strings.Contains(string(data), "cgroupRoot: /node1\n") {
 		t.Errorf("kubelet patch %q, %v: want the node's cgroup root", data, err)
+	}
+}
+
+// The join line kubeadm prints is read as an operator copies it; anything
+// else is refused.
+func TestParseJoinCommand(t *testing.T) {
+	out := "W1206 warning\nkubeadm join 10.131.0.11:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash sha256:1234 \n"
+	api, token, hash, err := parseJoinCommand(out)
+	if err != nil || api != "10.131.0.11:6443" || token != "abcdef.0123456789abcdef" || hash != "sha256:1234" {
+		t.Errorf("parseJoinCommand = %q, %q, %q, %v", api, token, hash, err)
+	}
+	for _, bad := range []string{"", "kubeadm join 10.131.0.11:6443 --token abc", "error: no token"} {
+		if _, _, _, err := parseJoinCommand(bad); err == nil {
+			t.Errorf("parseJoinCommand(%q) accepted it", bad)
+		}
 	}
 }
