@@ -459,7 +459,15 @@ func setSecurityContext(config *container.Config, hc *container.HostConfig, sc *
 	// nil and exactly the given ones otherwise, an empty list meaning
 	// none. In-process callers keep that distinction; over gRPC an empty
 	// repeated field arrives as nil, so there it means the defaults, as
-	// with containerd. Privileged containers get none either way (Docker).
+	// with containerd. A privileged container gets none: kubelet sends its
+	// defaults (/proc/sys read-only...) for every container, and Docker 29
+	// applies paths it is given even to a privileged one, where kube-proxy
+	// and CNI DaemonSets then cannot write their sysctls. Left nil, Docker
+	// drops its own defaults for a privileged container; containerd skips
+	// the paths for one as well.
+	if sc.GetPrivileged() {
+		return nil
+	}
 	if p := sc.GetMaskedPaths(); p != nil {
 		hc.MaskedPaths = append([]string{}, p...)
 	}

@@ -650,6 +650,17 @@ func TestCreateContainerSecurityContext(t *testing.T) {
 				t.Errorf("masked/readonly = %v/%v", hc.MaskedPaths, hc.ReadonlyPaths)
 			}
 		})
+		// Privileged: none given to Docker, whatever kubelet sends (its
+		// defaults, as for every container): Docker 29 applied them and
+		// kube-proxy could not write net.ipv4.conf.all.route_localnet.
+		check(t, func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Privileged = true
+			s.MaskedPaths, s.ReadonlyPaths = []string{"/proc/kcore"}, []string{"/proc/sys"}
+		}, func(_ *container.Config, hc *container.HostConfig) {
+			if hc.MaskedPaths != nil || hc.ReadonlyPaths != nil {
+				t.Errorf("privileged: masked/readonly = %#v/%#v, want nil", hc.MaskedPaths, hc.ReadonlyPaths)
+			}
+		})
 	})
 }
 
