@@ -330,19 +330,25 @@ e2e-cluster:
 # with a bridge, and per node a netns plus a persistent mount namespace (test/harness Lan and Node:
 # its own /var/lib/kubelet, /etc/kubernetes, /var/lib/docker, ... a tmpfs /run, a machine-id, a
 # cgroup root), its own Docker 29 engine (hack/docker29.sh build) and netshim from the built tree;
-# the kubeadm files the cluster is built with, checked by kubeadm v1.36 (hack/build-kubelet.sh cluster).
+# the kubeadm files the cluster is built with, checked by kubeadm v1.36 (hack/build-kubelet.sh cluster);
+# then a cluster as an operator builds one: the images of hack/cluster-images.sh in a registry on the
+# lan, kubeadm init on node1 (the control plane as static pods on netshim), flannel, kubeadm join.
 # Everything is recorded in a HostGuard (_output/e2e-multinode.state) and undone, also after a
 # killed run. Last line `e2e-multinode: N passed, N failed`; log _output/e2e-multinode.log.
-e2e-multinode:
+e2e-multinode: dockerd-start
 	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e-multinode: must run as root" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory build
 	@hack/docker29.sh build
-	@hack/build-kubelet.sh cluster v1.36
+	@hack/build-kubelet.sh build v1.36
+	@hack/cluster-images.sh build
+	@hack/node-e2e-images.sh build
 	@log=$(OUT)/e2e-multinode.log; \
 	NETSHIM_BIN=$(OUT)/netshim NETSHIM_OCI_BIN=$(OUT)/netshim-oci E2E_DOCKERD=$(OUT)/docker29/bin/dockerd \
-	KUBEADM_BIN=$(OUT)/k8s-v1.36/kubeadm KUBE_VERSION=$$(hack/build-kubelet.sh versions | awk '$$1 == "v1.36" { print $$2 }') \
+	KUBEADM_BIN=$(OUT)/k8s-v1.36/kubeadm KUBECTL_BIN=$(OUT)/k8s-v1.36/kubectl KUBELET_BIN=$(OUT)/kubelet-v1.36 \
+	CLUSTER_IMAGES=$(CURDIR)/hack/cluster-images.sh LEAK_AUDIT=$(CURDIR)/test/e2e/leak-audit.sh \
+	KUBE_VERSION=$$(hack/build-kubelet.sh versions | awk '$$1 == "v1.36" { print $$2 }') \
 	E2E_MULTINODE_STATE=$(OUT)/e2e-multinode.state \
-		$(GO) test -count=1 -race -tags multinode -v -timeout 20m ./test/multinode 2>&1 | tee "$$log" || rc=$$?; \
+		$(GO) test -count=1 -race -tags multinode -v -timeout 40m ./test/multinode 2>&1 | tee "$$log" || rc=$$?; \
 	passed=$$(grep -cE '^--- PASS: Test' "$$log" || true); \
 	failed=$$(grep -cE '^--- FAIL: Test' "$$log" || true); \
 	if [[ $${rc:-0} -ne 0 && $$failed -eq 0 ]]; then echo "FAIL run: go test exited $$rc without a failed test (timeout? panic?)"; failed=1; fi; \

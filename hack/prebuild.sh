@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # hack/prebuild.sh: builds, one after the other, what make test's later suites
 # build for themselves: crictl and critest, the kubelets v1.37 and v1.36, the
-# Docker 29 engine, the VM node's image, cri-dockerd, the v1.36 control plane
-# (with kubeadm and kube-proxy), the node e2e suite and its programs, in the
-# order make test needs them. The kubeadm cluster's programs
-# (hack/cluster-images.sh bins) and the e2e suite (build-kubelet.sh e2e)
-# join the list with the first suite of make test that runs them: until
-# then they would only take CPU from the suites.
+# Docker 29 engine, the VM node's image, the v1.36 control plane (with
+# kubeadm and kube-proxy), the kubeadm cluster's programs (etcd, flannel,
+# CoreDNS: hack/cluster-images.sh bins), the node e2e programs (agnhost,
+# which e2e-multinode's workloads run too), cri-dockerd and the node e2e
+# suite, in the order make test needs them. Kubernetes' e2e suite
+# (build-kubelet.sh e2e) joins the list with the first suite of make test
+# that runs it: until then it would only take CPU from the suites.
 #
 # Why: on a machine with a cold Go cache these builds take about 30 minutes of
 # two cores, while most suites leave the CPU idle waiting for Docker, kubelet or
@@ -32,10 +33,11 @@ STEPS=(
   "Docker 29|hack/docker29.sh build"
   "VM node image|hack/vm-image.sh build"
   "kubelet v1.36|hack/build-kubelet.sh build v1.36"
-  "cri-dockerd|hack/build-cri-dockerd.sh cri-dockerd"
   "control plane v1.36|hack/build-kubelet.sh cluster v1.36"
-  "node e2e suite v1.36|hack/build-kubelet.sh e2e-node v1.36"
+  "cluster programs|hack/cluster-images.sh bins"
   "node e2e programs|hack/node-e2e-images.sh bins"
+  "cri-dockerd|hack/build-cri-dockerd.sh cri-dockerd"
+  "node e2e suite v1.36|hack/build-kubelet.sh e2e-node v1.36"
 )
 
 start=$SECONDS

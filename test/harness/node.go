@@ -465,6 +465,11 @@ exec kubelet --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kub
 // system, which these nodes lack: it warns, and the crash-looping kubelet
 // finds its configuration at its next start.
 func (n *Node) StartKubeadmKubelet(extraArgs string) (*NodeDaemon, error) {
+	// The directory kubeadm's packages make for static pods; kubelet logs
+	// an error every second while it is missing (on a worker).
+	if _, err := n.Run(context.Background(), "mkdir", "-p", "/etc/kubernetes/manifests"); err != nil {
+		return nil, fmt.Errorf("node %s: /etc/kubernetes/manifests: %w", n.Name, err)
+	}
 	if extraArgs != "" {
 		n.Env = append(n.Env, "KUBELET_EXTRA_ARGS="+extraArgs)
 	}
