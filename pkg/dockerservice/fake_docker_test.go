@@ -37,6 +37,8 @@ type fakeDocker struct {
 	// progress stream, as Docker does; pullOpts records each pull's options.
 	pullErrs map[string]string
 	pullOpts []image.PullOptions
+	// stopTimeouts is the grace (s) of each container's last stop.
+	stopTimeouts map[string]int
 	// info is what Info returns.
 	info    system.Info
 	calls   []string
@@ -256,10 +258,16 @@ func (f *fakeDocker) ContainerStart(_ context.Context, id string, _ container.St
 	return nil
 }
 
-func (f *fakeDocker) ContainerStop(_ context.Context, id string, _ container.StopOptions) error {
+func (f *fakeDocker) ContainerStop(_ context.Context, id string, opts container.StopOptions) error {
 	f.record("ContainerStop " + id)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if opts.Timeout != nil {
+		if f.stopTimeouts == nil {
+			f.stopTimeouts = map[string]int{}
+		}
+		f.stopTimeouts[id] = *opts.Timeout
+	}
 	c := f.find(id)
 	if c == nil {
 		return notFound(id)

@@ -204,9 +204,10 @@ func (ds *DockerService) markTeardown(ctx context.Context, id string, mark func(
 	}
 }
 
-// stopContainer stops one container; one already stopped or gone is fine.
+// stopContainer stops one container of a sandbox being stopped; one
+// already stopped or gone is fine.
 func (ds *DockerService) stopContainer(ctx context.Context, id string) error {
-	timeout := int(ds.cfg.StopTimeout.Seconds())
+	timeout := stopGrace(ctx, ds.cfg.StopTimeout)
 	err := ds.client.ContainerStop(ctx, id, container.StopOptions{Timeout: &timeout})
 	if errdefs.IsNotFound(err) {
 		ds.store.Delete(id)
@@ -223,6 +224,23 @@ func (ds *DockerService) stopContainer(ctx context.Context, id string) error {
 		}
 	})
 	return nil
+}
+
+// stopGrace is the grace, in whole seconds, a container gets when its
+// sandbox stops: --stop-timeout, cut to half of what the caller's deadline
+// leaves, so that the kill, the network teardown and the infra container's
+// stop still fit in it. kubelet stops each container with its own grace
+// first; what is left running is for StopPodSandbox to terminate
+// forcibly (the CRI's words). A caller with a short deadline (kubeadm
+// reset gives each call 2 s) gets its containers killed at once, as
+// containerd always does, instead of a stop cancelled halfway at every
+// retry while a container ignores SIGTERM (a shell as PID 1).
+func stopGrace(ctx context.Context, configured time.Duration) int {
+	g := configured
+	if deadline, ok := ctx.Deadline(); ok {
+		g = min(g, time.Until(deadline)/2)
+	}
+	return int(max(g, 0) / time.Second)
 }
 
 // podContainers returns the workload containers of a sandbox from the
