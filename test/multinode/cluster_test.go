@@ -384,8 +384,15 @@ func TestKubeadmCluster(t *testing.T) {
 			if p.node != n.Name {
 				continue
 			}
-			if got, err := c.exec(client.name, "curl -sS --max-time 5 http://"+p.ip+":8080/hostname"); err != nil || got != p.name {
-				t.Errorf("from %s to %s on the rejoined %s: %q, %v", client.name, p.name, n.Name, got, err)
+			// flannel on the other node learns the node's new subnet
+			// from its Node object, within seconds.
+			var got string
+			var err error
+			if !harness.Eventually(time.Minute, func() bool {
+				got, err = c.exec(client.name, "curl -sS --max-time 5 http://"+p.ip+":8080/hostname")
+				return err == nil && got == p.name
+			}) {
+				t.Errorf("from %s to %s (%s) on the rejoined %s: %q, %v", client.name, p.name, p.ip, n.Name, got, err)
 			}
 			return
 		}
@@ -598,6 +605,15 @@ func (c *cluster) resetNode(t *testing.T, n *harness.Node) {
 		t.Fatalf("%s: kubeadm reset: %v\n%s", n.Name, err, out)
 	}
 	c.audit(t, n)
+	// What kubeadm reset leaves to the operator, as it says, and what the
+	// network's own state adds: the CNI configuration (a node joining
+	// again gets another podCIDR, and a stale conflist would hand out the
+	// old one's IPs until flannel rewrites it), flannel's subnet file, the
+	// bridge and the VXLAN device.
+	if out, err := n.Run(context.Background(), "sh", "-c",
+		"rm -rf /etc/cni/net.d/* /run/flannel && for l in cni0 flannel.1; do ! ip link show $l >/dev/null 2>&1 || ip link delete $l; done"); err != nil {
+		t.Errorf("%s: cleaning up after kubeadm reset: %v\n%s", n.Name, err, out)
+	}
 }
 
 // audit runs the leak audit in node n: no pod container, checkpoint,
