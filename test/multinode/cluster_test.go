@@ -203,6 +203,7 @@ func startCluster(t *testing.T) *cluster {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	t.Logf("kubeadm init on %s:\n%s", nodes[0].Name, tailLines(out, 25))
+	checkKubeadmWarnings(t, "init", out)
 	c.apply(t, strings.NewReplacer("@FLANNEL_IMAGE@", c.repo+"/flannel:"+flannelTag(t, images), "@POD_SUBNET@", podSubnet).Replace(flannelManifest))
 
 	api, token, hash, err := harness.KubeadmJoinToken(ctx, nodes[0])
@@ -215,8 +216,25 @@ func startCluster(t *testing.T) *cluster {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		t.Logf("kubeadm join on %s:\n%s", n.Name, tailLines(out, 10))
+		checkKubeadmWarnings(t, "join", out)
 	}
 	return c
+}
+
+// checkKubeadmWarnings logs kubeadm's warnings and fails on those about
+// the runtime: its sandbox image check (the pause image netshim uses, read
+// from `crictl info`) and its CRI checks.
+func checkKubeadmWarnings(t *testing.T, verb, out string) {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.Contains(l, "WARNING") {
+			continue
+		}
+		t.Logf("kubeadm %s: %s", verb, l)
+		if lower := strings.ToLower(l); strings.Contains(lower, "sandbox image") || strings.Contains(lower, "container runtime") || strings.Contains(lower, "cri") {
+			t.Errorf("kubeadm %s warns about the runtime: %s", verb, l)
+		}
+	}
 }
 
 func stopDaemon(t *testing.T, n *harness.Node, d *harness.NodeDaemon) {
