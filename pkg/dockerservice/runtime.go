@@ -36,9 +36,35 @@ func (ds *DockerService) Version(ctx context.Context, _ *runtimeapi.VersionReque
 	return &runtimeapi.VersionResponse{
 		Version:           "0.1.0",
 		RuntimeName:       runtimeName,
-		RuntimeVersion:    v,
+		RuntimeVersion:    runtimeVersion(v, version.Version),
 		RuntimeApiVersion: version.CRIVersion,
 	}, nil
+}
+
+// runtimeVersion is the engine's version with netshim's as semver build
+// metadata ("29.0.0+netshim.1.2.0"): kubelet reports it as the node's
+// containerRuntimeVersion (`kubectl get nodes -o wide` shows
+// docker://29.0.0+netshim.1.2.0), so an operator sees which shim serves
+// each node, and a semver parser still reads the engine's version.
+// Characters semver does not allow in build metadata become '-'; an
+// engine version that has build metadata of its own (Debian's
+// 20.10.24+dfsg1) gets netshim's appended to it.
+func runtimeVersion(engine, netshim string) string {
+	clean := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '-' || r == '.' {
+			return r
+		}
+		return '-'
+	}, netshim)
+	clean = strings.Trim(clean, ".")
+	if engine == "" || clean == "" {
+		return engine
+	}
+	sep := "+"
+	if strings.Contains(engine, "+") {
+		sep = "."
+	}
+	return engine + sep + "netshim." + clean
 }
 
 // Status reports runtime and network readiness from cached state: the

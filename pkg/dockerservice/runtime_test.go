@@ -47,3 +47,18 @@ func TestVerboseStatusNamesTheSandboxImageAsKubeadmReadsIt(t *testing.T) {
 		t.Errorf("config.sandboxImage = %q, want %q", c.SandboxImage, image)
 	}
 }
+
+func TestRuntimeVersion(t *testing.T) {
+	for _, c := range []struct{ engine, netshim, want string }{
+		{"29.0.0-moby-2.0.0-beta.24", "1.2.0", "29.0.0-moby-2.0.0-beta.24+netshim.1.2.0"},
+		{"29.0.0", "0.0~git20261206.66e91fe+dirty", "29.0.0+netshim.0.0-git20261206.66e91fe-dirty"},
+		{"20.10.24+dfsg1", "1.2.0", "20.10.24+dfsg1.netshim.1.2.0"},
+		{"29.0.0", "dev", "29.0.0+netshim.dev"},
+		{"29.0.0", "", "29.0.0"},
+		{"", "1.2.0", ""},
+	} {
+		if got := runtimeVersion(c.engine, c.netshim); got != c.want {
+			t.Errorf("runtimeVersion(%q, %q) = %q, want %q", c.engine, c.netshim, got, c.want)
+		}
+	}
+}

@@ -363,7 +363,7 @@ func TestKubeadmCluster(t *testing.T) {
 	c := startCluster(t)
 	nodes := c.waitNodesReady(t)
 	t.Logf("kubectl get nodes -o wide:\n%s", nodes)
-	for _, want := range []string{"docker://29.", c.kc.Version} {
+	for _, want := range []string{"docker://29.", "+netshim.", c.kc.Version} {
 		if strings.Count(nodes, want) != len(c.nodes) {
 			t.Errorf("kubectl get nodes -o wide shows %q %d times, want once per node", want, strings.Count(nodes, want))
 		}
