@@ -39,7 +39,10 @@ type cluster struct {
 	kubelet map[string]*harness.NodeDaemon
 	netshim map[string]*harness.NodeDaemon
 	kc      harness.KubeadmCluster
-	repo    string // the control plane's imageRepository
+	// registry is the lan's registry as the nodes name it; pushVia is
+	// where the host's engine pushes to it.
+	registry, pushVia string
+	repo              string // the control plane's imageRepository
 	agnhost string // the workloads' image, in the lan's registry
 }
 
@@ -145,6 +148,7 @@ func startCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fwd.Close() })
+	c.registry, c.pushVia = reg.Addr(), fwd.Addr()
 	c.repo = reg.Addr() + "/k8s"
 	push := func(args ...string) {
 		t.Helper()

@@ -139,6 +139,12 @@ var failedStates = map[string]bool{
 // says; one that skipped itself keeps its own message as the reason; one
 // that never ran (the suite stopped early) is a failure.
 func Classify(specs []Spec, focus *regexp.Regexp, skips []Skip) (Tally, error) {
+	return ClassifyTagged(specs, ConformanceTag, focus, skips)
+}
+
+// ClassifyTagged is Classify for the specs whose name carries tag
+// (kubernetes' e2e suite's "[Conformance]", say).
+func ClassifyTagged(specs []Spec, tag string, focus *regexp.Regexp, skips []Skip) (Tally, error) {
 	res := make([]*regexp.Regexp, len(skips))
 	for i, s := range skips {
 		re, err := regexp.Compile(s.Pattern)
@@ -156,7 +162,7 @@ func Classify(specs []Spec, focus *regexp.Regexp, skips []Skip) (Tally, error) {
 			}
 			continue
 		}
-		if !strings.Contains(sp.Name, ConformanceTag) || (focus != nil && !focus.MatchString(sp.Name)) {
+		if !strings.Contains(sp.Name, tag) || (focus != nil && !focus.MatchString(sp.Name)) {
 			continue
 		}
 		r := Result{Spec: sp}
