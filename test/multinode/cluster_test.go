@@ -43,7 +43,7 @@ type cluster struct {
 	// where the host's engine pushes to it.
 	registry, pushVia string
 	repo              string // the control plane's imageRepository
-	agnhost string // the workloads' image, in the lan's registry
+	agnhost           string // the workloads' image, in the lan's registry
 }
 
 // agnhostLocal is the host engine's agnhost (hack/node-e2e-images.sh).
