@@ -17,7 +17,7 @@ LDFLAGS = -X github.com/netshim/netshim/pkg/version.Version=$(VERSION)
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(OUT)/bin/staticcheck
 # Build tags that select extra files: lint checks them too.
-LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance,deb,takeover,vm,soak,multinode
+LINT_TAGS := e2e,kubelet,faults,critest,cluster,nodeconformance,deb,takeover,vm,soak,multinode,conformancecluster
 
 # ENGINE: the Docker engine e2e and conformance run against.
 #   docker20  the system's Docker 20.10 (Debian's docker.io; hack/dockerd.sh)
