@@ -52,7 +52,7 @@ func TestConformance(t *testing.T) {
 	c.waitNodesReady(t)
 	c.waitPodsReady(t)
 	// Every node schedulable, as the suite expects of a cluster.
-	c.kubectl(t, "taint", "nodes", "--all", "node-role.kubernetes.io/control-plane-")
+	c.kubectl(t, "taint", "nodes", c.nodes[0].Name, "node-role.kubernetes.io/control-plane-")
 
 	// The suite's images, in the lan's registry under the paths
 	// KUBE_TEST_REPO_LIST maps them to.
