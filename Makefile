@@ -158,7 +158,7 @@ conformance:
 
 ## unit: unit tests with the race detector
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/kubeletbench/... ./test/harness/... ./test/node-conformance/... ./test/deb/... ./test/takeover/... ./test/tools/... ./test/soak/... ./test/vmnode/... ./test/e2e-vm/guest/...
+	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./internal/... ./test/bench/... ./test/kubeletbench/... ./test/harness/... ./test/node-conformance/... ./test/deb/... ./test/takeover/... ./test/tools/... ./test/soak/... ./test/vmnode/... ./test/e2e-vm/guest/... ./test/multinode/...
 
 ## fuzz: run every Go fuzz target under pkg/ for FUZZTIME each (default 30s)
 # go test takes one -fuzz target per run, so the targets (func FuzzX in a
