@@ -19,6 +19,7 @@ PACKAGES=(
   libseccomp-dev # runc 1.4.3 for the Docker 29 engine (hack/docker29.sh) is built with seccomp
   systemd        # systemd-socket-activate (e2e TestSystemdSocketActivationAndNotify), systemd-analyze (make lint)
   lintian # make deb checks the package with it
+  bind9-dnsutils # dig, copied into the e2e suites' agnhost and glibc-dns-testing images (hack/node-e2e-images.sh)
 )
 # `install-deps.sh vm`: also what make e2e-vm's VM node needs (hack/vm-image.sh,
 # test/vmnode); not for make run or the other suites.

@@ -36,7 +36,8 @@
 #   agnhost:2.63.0, agnhost:2.55  /agnhost (ENTRYPOINT, CMD pause), /agnhost-2
 #                      link, /uploads, user 1000 user-defined-in-image in group
 #                      50000 group-defined-in-image, curl (lifecycle hooks run
-#                      `curl` in it), bash (probe scripts), OpenBSD nc (Debian's netcat-openbsd: the
+#                      `curl` in it), bash (probe scripts), dig and getent (the
+#                      cluster conformance suite's DNS specs), OpenBSD nc (Debian's netcat-openbsd: the
 #                      networking specs send UDP with `nc -u`) and a busybox
 #                      userland (upstream: alpine).
 #                      Both tags are one build: the suite uses 2.55 only as a
@@ -45,7 +46,8 @@
 #   nonewprivs:1.4     setuid-root /usr/local/bin/nnp printing its effective uid.
 #   nonroot:1.5        busybox with USER 1234.
 #   ipc-utils:1.4      busybox with ipcs and ipcmk (util-linux, from the host).
-#   glibc-dns-testing:2.0.0  busybox with Debian's hostname (glibc resolver).
+#   glibc-dns-testing:2.0.0  busybox with Debian's hostname (glibc resolver),
+#                      dig and getent (the DNS specs' second querier).
 #   kitten:1.8, nautilus:1.8  agnhost with CMD test-webserver and a file of its own.
 #   pause:3.10.2       hack/images.sh's pause.
 # Needs root, the host's Docker engine, Go, gcc.
@@ -183,6 +185,10 @@ recipe_agnhost() {
   host_bin "$ctx" curl
   # Probe specs run their scripts with /bin/bash, as upstream installs it.
   host_bin "$ctx" bash
+  # The DNS specs query with dig (upstream: alpine's bind-tools) and
+  # getent (glibc's resolver, as a workload's).
+  host_bin "$ctx" dig
+  host_bin "$ctx" getent
   # The networking specs run `nc -w 1 -u`: busybox's nc has no -u.
   fetch_deb netcat-openbsd
   mkdir -p "$ctx/usr/bin"
@@ -216,6 +222,9 @@ EOF
 recipe_glibc_dns_testing() {
   local ctx=$1
   host_bin "$ctx" hostname
+  # The DNS specs' "jessie" querier runs dig in this image.
+  host_bin "$ctx" dig
+  host_bin "$ctx" getent
   mkdir -p "$ctx/lib"
   printf 'FROM %s\nCOPY usr/ /usr/\nCOPY lib/ /lib/\n' "$CRITEST_BUSYBOX" >"$ctx/Dockerfile"
 }
