@@ -337,7 +337,7 @@ e2e-cluster:
 # killed run. Last line `e2e-multinode: N passed, N failed`; log _output/e2e-multinode.log.
 e2e-multinode: dockerd-start
 	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e-multinode: must run as root" >&2; exit 1; fi
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory deps build
 	@hack/docker29.sh build
 	@hack/build-kubelet.sh build v1.36
 	@hack/cluster-images.sh build
@@ -369,7 +369,7 @@ CONFORMANCE_PROCS ?= 3
 CONFORMANCE_TIMEOUT ?= 150m
 conformance-cluster conformance-cluster-quick: dockerd-start
 	@if [[ $$(id -u) -ne 0 ]]; then echo "$@: must run as root" >&2; exit 1; fi
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory deps build
 	@hack/docker29.sh build
 	@hack/build-kubelet.sh build v1.36
 	@hack/build-kubelet.sh e2e v1.36
@@ -435,7 +435,7 @@ node-e2e-images: dockerd-start
 
 ## test: lint, unit, test-deb, fuzz, e2e, e2e-docker-netns, e2e-faults, soak (3 minutes a mode), conformance (critest), test-pauseless (e2e and
 # critest), e2e-kubelet (kubelet v1.37), then e2e-vm in the background while test-docker29 (e2e and critest on Docker 29), e2e-multinode,
-# e2e-takeover, e2e-cluster and node-conformance-quick run (all run; fails if any failed); the summary gives each one's
+# conformance-cluster-quick, e2e-takeover, e2e-cluster and node-conformance-quick run (all run; fails if any failed); the summary gives each one's
 # time. What it leaves to the targets themselves, because another suite of make test covers it: e2e-kubelet on kubelet
 # v1.36 (which e2e-takeover, e2e-cluster and node-conformance-quick run) and test-pauseless's kubelet e2e (e2e-vm runs
 # kubelet v1.37 on pause-less pods, with and without the CRI stats gate). `make e2e-kubelet test-pauseless` runs them all.
@@ -449,7 +449,7 @@ node-e2e-images: dockerd-start
 #   the end: e2e-vm, whose node touches nothing of the host's (engine, cgroups, network), so it cannot disturb the
 #   suites beside it.
 TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults soak conformance test-pauseless e2e-kubelet \
-	bg:e2e-vm test-docker29 e2e-multinode e2e-takeover e2e-cluster node-conformance-quick
+	bg:e2e-vm test-docker29 e2e-multinode conformance-cluster-quick e2e-takeover e2e-cluster node-conformance-quick
 TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance' SOAK_MINUTES=3
 # PREBUILD=true runs no background builds (each suite builds what it needs itself).
 PREBUILD ?= hack/prebuild.sh

@@ -4,10 +4,9 @@
 # Docker 29 engine, the VM node's image, the v1.36 control plane (with
 # kubeadm and kube-proxy), the kubeadm cluster's programs (etcd, flannel,
 # CoreDNS: hack/cluster-images.sh bins), the node e2e programs (agnhost,
-# which e2e-multinode's workloads run too), cri-dockerd and the node e2e
-# suite, in the order make test needs them. Kubernetes' e2e suite
-# (build-kubelet.sh e2e) joins the list with the first suite of make test
-# that runs it: until then it would only take CPU from the suites.
+# which e2e-multinode's workloads run too), Kubernetes' e2e suite
+# (conformance-cluster-quick's e2e.test), cri-dockerd and the node e2e
+# suite, in the order make test needs them.
 #
 # Why: on a machine with a cold Go cache these builds take about 30 minutes of
 # two cores, while most suites leave the CPU idle waiting for Docker, kubelet or
@@ -36,6 +35,7 @@ STEPS=(
   "control plane v1.36|hack/build-kubelet.sh cluster v1.36"
   "cluster programs|hack/cluster-images.sh bins"
   "node e2e programs|hack/node-e2e-images.sh bins"
+  "e2e suite v1.36|hack/build-kubelet.sh e2e v1.36"
   "cri-dockerd|hack/build-cri-dockerd.sh cri-dockerd"
   "node e2e suite v1.36|hack/build-kubelet.sh e2e-node v1.36"
 )
