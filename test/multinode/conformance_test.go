@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -87,30 +86,12 @@ func TestConformance(t *testing.T) {
 	args = append(args, suite, "--", "--provider=skeleton", "--kubeconfig="+kubeconfig,
 		"--report-dir="+out, "--e2e-output-dir="+out, "--allowed-not-ready-nodes=0")
 	logPath := filepath.Join(out, "e2e.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rctx, rcancel := context.WithTimeout(context.Background(), timeout+5*time.Minute)
 	defer rcancel()
-	cmd := exec.CommandContext(rctx, ginkgo, args...)
-	cmd.Dir = out
-	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+repoList, "KUBECONFIG="+kubeconfig)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = time.Minute
-	start := time.Now()
 	t.Logf("running e2e.test (log: %s)", logPath)
-	runErr := cmd.Run()
-	logf.Close()
-	wall := time.Since(start)
-
-	f, err := os.Open(jsonReport)
-	if err != nil {
-		t.Fatalf("the suite wrote no report (%v; exit: %v); see %s", err, runErr, logPath)
-	}
-	specs, err := nodeconformance.ParseReport(f)
-	f.Close()
+	wall, runErr := nodeconformance.RunSuite(rctx, out, logPath,
+		[]string{"KUBE_TEST_REPO_LIST=" + repoList, "KUBECONFIG=" + kubeconfig}, ginkgo, args...)
+	specs, err := nodeconformance.ReadReport(jsonReport, logPath, runErr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,13 +99,7 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	for _, r := range tally.Results {
-		lines = append(lines, r.Line())
-	}
-	for _, s := range tally.SuiteFailures {
-		lines = append(lines, fmt.Sprintf("FAIL suite node %s: %s", s.Name, s.Message))
-	}
+	lines := tally.Lines()
 	p, fl, s := tally.Counts()
 	lines = append(lines, fmt.Sprintf("conformance-cluster: %d specs, wall time %s", p+fl+s, wall.Round(time.Second)))
 	lines = append(lines, fmt.Sprintf("conformance-cluster: %d passed, %d failed, %d skipped", p, fl, s))

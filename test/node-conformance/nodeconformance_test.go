@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -358,31 +356,13 @@ func TestNodeConformance(t *testing.T) {
 		}
 	}
 	logPath := filepath.Join(e.out, "e2e_node.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout+5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = work
-	cmd.Env = append(os.Environ(), "PATH="+pathDir, "KUBE_TEST_REPO_LIST="+repoList)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// SIGTERM first: the suite stops its kubelet and API server on it.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = time.Minute
-	start := time.Now()
 	t.Logf("running %s (log: %s)", filepath.Base(e.suite), logPath)
-	runErr := cmd.Run()
-	logf.Close()
-	wall := time.Since(start)
-
-	f, err := os.Open(jsonReport)
-	if err != nil {
-		t.Fatalf("the suite wrote no report (%v; exit: %v); see %s", err, runErr, logPath)
-	}
-	specs, err := ParseReport(f)
-	f.Close()
+	// PATH: the suite's own; SIGTERM on a timeout stops its kubelet and
+	// API server.
+	wall, runErr := RunSuite(ctx, work, logPath, []string{"PATH=" + pathDir, "KUBE_TEST_REPO_LIST=" + repoList}, bin, args...)
+	specs, err := ReadReport(jsonReport, logPath, runErr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,13 +385,7 @@ func TestNodeConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	for _, r := range tally.Results {
-		lines = append(lines, r.Line())
-	}
-	for _, s := range tally.SuiteFailures {
-		lines = append(lines, fmt.Sprintf("FAIL suite node %s: %s", s.Name, firstLine(s.Message)))
-	}
+	lines := tally.Lines()
 	if e.focus == "" && e.except == "" {
 		for _, s := range tally.UnusedSkips {
 			lines = append(lines, fmt.Sprintf("NOTE skip list entry %q matched no spec of this run", s.Pattern))
