@@ -48,7 +48,8 @@
 #   ipc-utils:1.4      busybox with ipcs and ipcmk (util-linux, from the host).
 #   glibc-dns-testing:2.0.0  busybox with Debian's hostname (glibc resolver),
 #                      dig and getent (the DNS specs' second querier).
-#   kitten:1.8, nautilus:1.8  agnhost with CMD test-webserver and a file of its own.
+#   kitten:1.8, nautilus:1.8  agnhost with CMD test-webserver, a page of its own
+#                      and /data.json naming its picture ({"image": "kitten.jpg"}).
 #   pause:3.10.2       hack/images.sh's pause.
 # Needs root, the host's Docker engine, Go, gcc.
 set -euo pipefail
@@ -241,10 +242,14 @@ recipe_ipc_utils() {
   printf 'FROM %s\nCOPY usr/ /usr/\nCOPY lib/ /lib/\n' "$CRITEST_BUSYBOX" >"$ctx/Dockerfile"
 }
 
-# web_image CTX NAME: agnhost serving a page of its own (test-webserver serves /).
+# web_image CTX NAME: agnhost serving a page of its own (test-webserver serves
+# /) and, as upstream's image does, /data.json naming the image's picture:
+# the conformance suite reads it through the API server's pod proxy (kubectl
+# Update Demo) and from an image volume of the image (ImageVolume).
 web_image() {
   echo "$2" >"$1/$2.html"
-  printf 'FROM %s\nCOPY %s.html /%s.html\nCMD ["test-webserver"]\n' "$R/agnhost:2.63.0" "$2" "$2" >"$1/Dockerfile"
+  printf '{\n  "image": "%s.jpg"\n}\n' "$2" >"$1/data.json"
+  printf 'FROM %s\nCOPY %s.html /%s.html\nCOPY data.json /data.json\nCMD ["test-webserver"]\n' "$R/agnhost:2.63.0" "$2" "$2" >"$1/Dockerfile"
 }
 recipe_kitten() { web_image "$1" kitten; }
 recipe_nautilus() { web_image "$1" nautilus; }
