@@ -363,9 +363,9 @@ e2e-multinode: dockerd-start
 # this machine cannot pass are skipped by the reviewed list in test/multinode/skips.go. One line per
 # spec, last line `conformance-cluster: N passed, N failed, N skipped`; artifacts in
 # _output/conformance-cluster/. conformance-cluster-quick runs QuickFocus there (sig-network's
-# [Conformance] specs and the multi-node ones). CONFORMANCE_PROCS ginkgo processes (default 3),
+# [Conformance] specs and the multi-node ones). CONFORMANCE_PROCS ginkgo processes (default 8: the suite mostly waits),
 # CONFORMANCE_FOCUS=REGEXP narrows a run, CONFORMANCE_TIMEOUT bounds the suite. (root)
-CONFORMANCE_PROCS ?= 3
+CONFORMANCE_PROCS ?= 8
 CONFORMANCE_TIMEOUT ?= 150m
 conformance-cluster conformance-cluster-quick: dockerd-start
 	@if [[ $$(id -u) -ne 0 ]]; then echo "$@: must run as root" >&2; exit 1; fi
