@@ -246,10 +246,14 @@ recipe_ipc_utils() {
 # /) and, as upstream's image does, /data.json naming the image's picture:
 # the conformance suite reads it through the API server's pod proxy (kubectl
 # Update Demo) and from an image volume of the image (ImageVolume).
+# The ImageVolume spec also reads /etc/os-release from the mounted image and
+# looks for upstream's base there ("Alpine Linux"); this one says what the
+# image is and what it stands in for.
 web_image() {
   echo "$2" >"$1/$2.html"
   printf '{\n  "image": "%s.jpg"\n}\n' "$2" >"$1/data.json"
-  printf 'FROM %s\nCOPY %s.html /%s.html\nCOPY data.json /data.json\nCMD ["test-webserver"]\n' "$R/agnhost:2.63.0" "$2" "$2" >"$1/Dockerfile"
+  printf 'NAME="netshim e2e test image"\nID=netshim-e2e\nPRETTY_NAME="netshim e2e test image (busybox), in place of upstream'"'"'s Alpine Linux base"\n' >"$1/os-release"
+  printf 'FROM %s\nCOPY %s.html /%s.html\nCOPY data.json /data.json\nCOPY os-release /etc/os-release\nCMD ["test-webserver"]\n' "$R/agnhost:2.63.0" "$2" "$2" >"$1/Dockerfile"
 }
 recipe_kitten() { web_image "$1" kitten; }
 recipe_nautilus() { web_image "$1" nautilus; }
