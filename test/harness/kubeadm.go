@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -210,5 +211,15 @@ func parseJoinCommand(out string) (apiServer, token, caCertHash string, err erro
 // Kubectl runs kubectl on the control-plane node n with kubeadm's admin
 // kubeconfig (at most CommandDeadline).
 func Kubectl(ctx context.Context, n *Node, args ...string) (string, error) {
-	return n.Run(ctx, "kubectl", append([]string{"--kubeconfig", "/etc/kubernetes/admin.conf"}, args...)...)
+	return KubectlStdin(ctx, n, nil, args...)
+}
+
+// KubectlStdin is Kubectl with stdin (`apply -f -` of a manifest).
+func KubectlStdin(ctx context.Context, n *Node, stdin io.Reader, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, CommandDeadline)
+	defer cancel()
+	cmd := n.Command(ctx, "kubectl", append([]string{"--kubeconfig", "/etc/kubernetes/admin.conf"}, args...)...)
+	cmd.Stdin = stdin
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

@@ -65,11 +65,7 @@ func (c *cluster) kubectl(t *testing.T, args ...string) string {
 // apply is kubectl apply -f - of manifest.
 func (c *cluster) apply(t *testing.T, manifest string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), harness.CommandDeadline)
-	defer cancel()
-	cmd := c.nodes[0].Command(ctx, "kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(manifest)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := harness.KubectlStdin(context.Background(), c.nodes[0], strings.NewReader(manifest), "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}
 }
@@ -235,8 +231,12 @@ func checkKubeadmWarnings(t *testing.T, verb, out string) {
 			continue
 		}
 		t.Logf("kubeadm %s: %s", verb, l)
-		if lower := strings.ToLower(l); strings.Contains(lower, "sandbox image") || strings.Contains(lower, "container runtime") || strings.Contains(lower, "cri") {
-			t.Errorf("kubeadm %s warns about the runtime: %s", verb, l)
+		lower := strings.ToLower(l)
+		for _, about := range []string{"sandbox image", "container runtime", "cri socket", "cri endpoint", "crisocket", "crictl"} {
+			if strings.Contains(lower, about) {
+				t.Errorf("kubeadm %s warns about the runtime: %s", verb, l)
+				break
+			}
 		}
 	}
 }
