@@ -453,8 +453,13 @@ func (n *Node) prependPath(dir string) {
 // kubeadmKubeletScript is kubelet as kubeadm's packages start it: the
 // systemd drop-in 10-kubeadm.conf's command line, with the flags kubeadm
 // writes into /var/lib/kubelet/kubeadm-flags.env at init or join. Until
-// then there is no config.yaml and kubelet exits: the daemon restarts it.
-const kubeadmKubeletScript = `[ -f /var/lib/kubelet/kubeadm-flags.env ] && . /var/lib/kubelet/kubeadm-flags.env
+// both that file and config.yaml exist it exits, and the daemon restarts
+// it. On a real node kubeadm stops the service while it writes them; here
+// `systemctl stop` fails, and a kubelet started between the two writes
+// ran without the flags (--hostname-override: node2 registered under the
+// machine's hostname), so it waits for both.
+const kubeadmKubeletScript = `[ -f /var/lib/kubelet/kubeadm-flags.env ] && [ -f /var/lib/kubelet/config.yaml ] || exit 1
+. /var/lib/kubelet/kubeadm-flags.env
 exec kubelet --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf --config=/var/lib/kubelet/config.yaml $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
 `
 
