@@ -158,7 +158,10 @@ has_version() {
   case "$(basename "$1")" in
     kubectl)
       want="Client Version: $2"
-      got=$("$1" version --client 2>/dev/null | head -n 1)
+      # Not `| head -n 1`: under pipefail kubectl's second line could meet
+      # a closed pipe (SIGPIPE) and fail the assignment.
+      got=$("$1" version --client 2>/dev/null) || true
+      got=${got%%$'\n'*}
       ;;
     kubeadm)
       want=$2

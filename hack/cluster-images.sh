@@ -139,6 +139,17 @@ gobuild() {
   log "built $bin in $((SECONDS - start)) s"
 }
 
+# first_line CMD...: the first line CMD prints (stdout and stderr). Not
+# `CMD | head -n 1`: under pipefail, a CMD that writes its next line after
+# head has gone dies of SIGPIPE, and the assignment fails the script with no
+# word (etcd and CoreDNS print their versions a line per write; seen in a
+# make test prebuild).
+first_line() {
+  local out
+  out=$("$@" 2>&1) || true
+  echo "${out%%$'\n'*}"
+}
+
 # wrapper_src NAME: copies hack/NAME (a wrapper module) to _output/src/NAME
 # (printed), where go mod tidy may rewrite go.mod and write go.sum (kept
 # between builds).
@@ -182,7 +193,7 @@ build_etcd() {
   gobuild etcd "$ETCD_BIN" "$stamp" "$src" tidy \
     -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-proxy" .
   local got
-  got=$("$ETCD_BIN" --version 2>&1 | head -n 1)
+  got=$(first_line "$ETCD_BIN" --version)
   [[ "$got" == "etcd Version: ${ETCD_VERSION#v}" ]] || die "$ETCD_BIN reports '$got', not etcd ${ETCD_VERSION#v}"
 }
 
@@ -206,7 +217,7 @@ build_coredns() {
   gobuild coredns "$COREDNS_BIN" "$stamp" "$src" no-tidy \
     -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=module-proxy" .
   local got
-  got=$("$COREDNS_BIN" -version 2>&1 | head -n 1)
+  got=$(first_line "$COREDNS_BIN" -version)
   [[ "$got" == "CoreDNS-${COREDNS_VERSION#v}" ]] || die "$COREDNS_BIN reports '$got', not CoreDNS-${COREDNS_VERSION#v}"
 }
 
