@@ -471,6 +471,12 @@ func (g *HostGuard) Restore() error {
 			continue
 		}
 		if out, err := RunCmd("ip", "link", "del", e.args[0]); err != nil {
+			// A veth whose peer was in a namespace deleted above goes
+			// with it, after the kernel's cleanup: it may still be there
+			// at the Stat and gone at the delete (seen under load).
+			if _, serr := os.Stat(filepath.Join("/sys/class/net", e.args[0])); errors.Is(serr, os.ErrNotExist) {
+				continue
+			}
 			errs = append(errs, fmt.Errorf("deleting link %s: %w: %s", e.args[0], err, strings.TrimSpace(out)))
 		}
 	}
