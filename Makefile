@@ -450,7 +450,7 @@ node-e2e-images: dockerd-start
 #   suites beside it.
 TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults soak conformance test-pauseless e2e-kubelet \
 	bg:e2e-vm test-docker29 e2e-multinode conformance-cluster-quick e2e-takeover e2e-cluster node-conformance-quick
-TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance' SOAK_MINUTES=3
+TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance' SOAK_MINUTES=3 FUZZTIME=10s
 # PREBUILD=true runs no background builds (each suite builds what it needs itself).
 PREBUILD ?= hack/prebuild.sh
 test:
