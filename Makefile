@@ -333,22 +333,29 @@ e2e-cluster:
 # the kubeadm files the cluster is built with, checked by kubeadm v1.36 (hack/build-kubelet.sh cluster);
 # then a cluster as an operator builds one: the images of hack/cluster-images.sh in a registry on the
 # lan, kubeadm init on node1 (the control plane as static pods on netshim), flannel, kubeadm join.
-# Everything is recorded in a HostGuard (_output/e2e-multinode.state) and undone, also after a
-# killed run. Last line `e2e-multinode: N passed, N failed`; log _output/e2e-multinode.log.
+# On that cluster, before the drain, it runs conformance-cluster-quick's subset (E2E_MULTINODE_CONFORMANCE,
+# default quick; empty: none), which saves make test a second cluster; results in
+# _output/conformance-cluster-quick/. Everything is recorded in a HostGuard (_output/e2e-multinode.state)
+# and undone, also after a killed run. Last line `e2e-multinode: N passed, N failed`; log _output/e2e-multinode.log.
+E2E_MULTINODE_CONFORMANCE ?= quick
 e2e-multinode: dockerd-start
 	@if [[ $$(id -u) -ne 0 ]]; then echo "e2e-multinode: must run as root" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory deps build
 	@hack/docker29.sh build
 	@hack/build-kubelet.sh build v1.36
+	@if [[ -n '$(E2E_MULTINODE_CONFORMANCE)' ]]; then hack/build-kubelet.sh e2e v1.36; fi
 	@hack/cluster-images.sh build
-	@hack/node-e2e-images.sh build
+	@hack/node-e2e-images.sh build $(if $(filter full,$(E2E_MULTINODE_CONFORMANCE)),cluster)
 	@log=$(OUT)/e2e-multinode.log; \
 	NETSHIM_BIN=$(OUT)/netshim NETSHIM_OCI_BIN=$(OUT)/netshim-oci E2E_DOCKERD=$(OUT)/docker29/bin/dockerd \
 	KUBEADM_BIN=$(OUT)/k8s-v1.36/kubeadm KUBECTL_BIN=$(OUT)/k8s-v1.36/kubectl KUBELET_BIN=$(OUT)/kubelet-v1.36 \
 	CLUSTER_IMAGES=$(CURDIR)/hack/cluster-images.sh LEAK_AUDIT=$(CURDIR)/test/e2e/leak-audit.sh \
+	E2E_MULTINODE_CONFORMANCE='$(E2E_MULTINODE_CONFORMANCE)' NODE_E2E_IMAGES=$(CURDIR)/hack/node-e2e-images.sh \
+	E2E_TEST_BIN=$(OUT)/k8s-v1.36/e2e.test GINKGO_BIN=$(OUT)/node-e2e-images/bin/ginkgo \
+	CONFORMANCE_PROCS=$(CONFORMANCE_PROCS) CONFORMANCE_OUT=$(OUT)/conformance-cluster-$(E2E_MULTINODE_CONFORMANCE) \
 	KUBE_VERSION=$$(hack/build-kubelet.sh versions | awk '$$1 == "v1.36" { print $$2 }') \
 	E2E_MULTINODE_STATE=$(OUT)/e2e-multinode.state \
-		$(GO) test -count=1 -race -tags multinode -v -timeout 40m ./test/multinode 2>&1 | tee "$$log" || rc=$$?; \
+		$(GO) test -count=1 -race -tags multinode -v -timeout 60m ./test/multinode 2>&1 | tee "$$log" || rc=$$?; \
 	passed=$$(grep -cE '^--- PASS: Test' "$$log" || true); \
 	failed=$$(grep -cE '^--- FAIL: Test' "$$log" || true); \
 	if [[ $${rc:-0} -ne 0 && $$failed -eq 0 ]]; then echo "FAIL run: go test exited $$rc without a failed test (timeout? panic?)"; failed=1; fi; \
@@ -374,7 +381,7 @@ conformance-cluster conformance-cluster-quick: dockerd-start
 	@hack/build-kubelet.sh build v1.36
 	@hack/build-kubelet.sh e2e v1.36
 	@hack/cluster-images.sh build
-	@hack/node-e2e-images.sh build
+	@hack/node-e2e-images.sh build $(if $(filter conformance-cluster-quick,$@),,cluster)
 	@NETSHIM_BIN=$(OUT)/netshim NETSHIM_OCI_BIN=$(OUT)/netshim-oci E2E_DOCKERD=$(OUT)/docker29/bin/dockerd \
 	KUBEADM_BIN=$(OUT)/k8s-v1.36/kubeadm KUBECTL_BIN=$(OUT)/k8s-v1.36/kubectl KUBELET_BIN=$(OUT)/kubelet-v1.36 \
 	CLUSTER_IMAGES=$(CURDIR)/hack/cluster-images.sh LEAK_AUDIT=$(CURDIR)/test/e2e/leak-audit.sh \
@@ -434,8 +441,9 @@ node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
 ## test: lint, unit, test-deb, fuzz, e2e, e2e-docker-netns, e2e-faults, soak (3 minutes a mode), conformance (critest), test-pauseless (e2e and
-# critest), e2e-kubelet (kubelet v1.37), then e2e-vm in the background while test-docker29 (e2e and critest on Docker 29), e2e-multinode,
-# conformance-cluster-quick, e2e-takeover, e2e-cluster and node-conformance-quick run (all run; fails if any failed); the summary gives each one's
+# critest), e2e-kubelet (kubelet v1.37), then e2e-vm in the background while test-docker29 (e2e and critest on Docker 29), e2e-multinode
+# (with conformance-cluster-quick's subset on its cluster), e2e-takeover, e2e-cluster and node-conformance-quick run (all run; fails if any
+# failed); the summary gives each one's
 # time. What it leaves to the targets themselves, because another suite of make test covers it: e2e-kubelet on kubelet
 # v1.36 (which e2e-takeover, e2e-cluster and node-conformance-quick run) and test-pauseless's kubelet e2e (e2e-vm runs
 # kubelet v1.37 on pause-less pods, with and without the CRI stats gate). `make e2e-kubelet test-pauseless` runs them all.
@@ -449,7 +457,7 @@ node-e2e-images: dockerd-start
 #   the end: e2e-vm, whose node touches nothing of the host's (engine, cgroups, network), so it cannot disturb the
 #   suites beside it.
 TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults soak conformance test-pauseless e2e-kubelet \
-	bg:e2e-vm test-docker29 e2e-multinode conformance-cluster-quick e2e-takeover e2e-cluster node-conformance-quick
+	bg:e2e-vm test-docker29 e2e-multinode e2e-takeover e2e-cluster node-conformance-quick
 TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance' SOAK_MINUTES=3 FUZZTIME=10s
 # PREBUILD=true runs no background builds (each suite builds what it needs itself).
 PREBUILD ?= hack/prebuild.sh

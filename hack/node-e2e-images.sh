@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# hack/node-e2e-images.sh [build | bins | push REGISTRY | repo-list REGISTRY | list | blocked]
+# hack/node-e2e-images.sh [build [cluster] | bins [cluster] | push REGISTRY [cluster] | repo-list REGISTRY
+#                          | list [cluster] | blocked]
 #
 # The images the node e2e suite's [NodeConformance] specs (k8s.io/kubernetes
 # v1.36.3, test/utils/image/manifest.go and test/e2e_node/image_list.go) run,
@@ -20,6 +21,11 @@
 #   push REGISTRY      push every image as REGISTRY/<path>:<tag> (REGISTRY like
 #                      localhost:5000), the path and tag being the ones the
 #                      repo list maps the suite's names to.
+#   ... cluster        build, bins, push and list with the images that only
+#                      Kubernetes' cluster conformance suite runs as well
+#                      (CLUSTER_ONLY below; make conformance-cluster). The
+#                      quick subset of make test needs none of them, so a cold
+#                      CI does not compile sample-apiserver.
 #   repo-list REGISTRY print the KUBE_TEST_REPO_LIST YAML for REGISTRY.
 #   list               print the images: upstream name, what it is made of.
 #   blocked            print the images that cannot be made here (BLOCKED below).
@@ -51,6 +57,15 @@
 #   kitten:1.8, nautilus:1.8  agnhost with CMD test-webserver, a page of its own
 #                      and /data.json naming its picture ({"image": "kitten.jpg"}).
 #   pause:3.10.2       hack/images.sh's pause.
+# And, with `cluster`, for the cluster conformance suite's aggregator spec
+# (test/e2e/apimachinery/aggregator.go: a Deployment of the two, etcd on
+# 127.0.0.1:2379 in the pod, the API server on :443):
+#   sample-apiserver:1.29.2  /kube-sample-apiserver (ENTRYPOINT), built from
+#                      k8s.io/sample-apiserver at the staging version of the
+#                      v1.36 wrapper module (upstream: the same program on
+#                      fedora), on the suite's busybox.
+#   registry.k8s.io/etcd:3.6.8-0  hack/cluster-images.sh's etcd image (kubeadm
+#                      pins the same tag; build checks that it is there).
 # Needs root, the host's Docker engine, Go, gcc.
 set -euo pipefail
 
@@ -82,6 +97,13 @@ IMAGES=(
   "registry.k8s.io/pause:3.10.2|tag:$PAUSE_BASE"
 )
 
+# The images of `... cluster` (see above). have:<script> names an image another
+# script builds under that very name.
+CLUSTER_ONLY=(
+  "$R/sample-apiserver:1.29.2|build:sample_apiserver"
+  "registry.k8s.io/etcd:3.6.8-0|have:hack/cluster-images.sh build"
+)
+
 # Images the suite names that cannot be made here, and why. Which specs they
 # block is in docs/conformance.md (test/node-conformance's skip list names
 # every spec that needs one of them).
@@ -91,7 +113,7 @@ BLOCKED=(
   "invalid.registry.k8s.io/invalid/alpine:3.1|meant not to exist (the specs expect the pull to fail; they run)"
   "$R/perl:5.26|a Perl distribution; not rebuilt here"
   "$R/node-perf/npb-ep:1.6.0 $R/node-perf/npb-is:1.7.0 $R/node-perf/pytorch-wide-deep:1.0.0|benchmark workloads (NAS Parallel Benchmarks, PyTorch)"
-  "registry.k8s.io/etcd:3.6.8-0|an etcd server image"
+  "registry.k8s.io/etcd:3.6.8-0|an etcd server image (the node suite's; \`build cluster\` takes hack/cluster-images.sh's for the cluster suite)"
   "gcr.io/cadvisor/cadvisor:v0.47.2|cAdvisor (resource usage specs)"
   "registry.k8s.io/node-problem-detector/node-problem-detector:v1.34.0|node-problem-detector"
   "$R/volume/nfs:1.6.0|an NFS server"
@@ -255,12 +277,17 @@ web_image() {
   printf 'NAME="netshim e2e test image"\nID=netshim-e2e\nPRETTY_NAME="netshim e2e test image (busybox), in place of upstream'"'"'s Alpine Linux base"\n' >"$1/os-release"
   printf 'FROM %s\nCOPY %s.html /%s.html\nCOPY data.json /data.json\nCOPY os-release /etc/os-release\nCMD ["test-webserver"]\n' "$R/agnhost:2.63.0" "$2" "$2" >"$1/Dockerfile"
 }
+recipe_sample_apiserver() {
+  cp "$OUT/bin/sample-apiserver" "$1/kube-sample-apiserver"
+  printf 'FROM %s\nCOPY kube-sample-apiserver /kube-sample-apiserver\nENTRYPOINT ["/kube-sample-apiserver"]\n' "$R/busybox:1.37.0-1" >"$1/Dockerfile"
+}
+
 recipe_kitten() { web_image "$1" kitten; }
 recipe_nautilus() { web_image "$1" nautilus; }
 
-# bins: the programs the images and the suite's runner are made of, into
-# $OUT/bin; no engine needed (make test's background prebuild runs it). One
-# build at a time: the second waits, then finds them built.
+# bins [cluster]: the programs the images and the suite's runner are made of,
+# into $OUT/bin; no engine needed (make test's background prebuild runs it).
+# One build at a time: the second waits, then finds them built.
 bins() {
   local lockfd
   command -v "$GO" >/dev/null || die "no Go toolchain"
@@ -271,21 +298,38 @@ bins() {
   build_go github.com/onsi/ginkgo/v2/ginkgo ginkgo
   compile nmeter
   compile sh
+  if [[ ${1:-} == cluster ]]; then
+    build_go k8s.io/sample-apiserver sample-apiserver
+  fi
   exec {lockfd}>&-
+}
+
+# select_set [cluster]: SET, the images the command works on.
+select_set() {
+  SET=("${IMAGES[@]}")
+  case "${1:-}" in
+    "") ;;
+    cluster) SET+=("${CLUSTER_ONLY[@]}") ;;
+    *) die "unknown image set '$1' (the one there is: cluster)" ;;
+  esac
 }
 
 build() {
   need_docker
+  select_set "${1:-}"
   "$ROOT/hack/images.sh" >/dev/null
   "$ROOT/hack/critest-images.sh" build
-  bins
+  bins "${1:-}"
   local entry name recipe ctx
-  for entry in "${IMAGES[@]}"; do
+  for entry in "${SET[@]}"; do
     IFS='|' read -r name recipe <<<"$entry"
     case "$recipe" in
       tag:*)
         docker image inspect "${recipe#tag:}" >/dev/null 2>&1 || die "${recipe#tag:} (for $name) is missing"
         docker tag "${recipe#tag:}" "$name"
+        ;;
+      have:*)
+        docker image inspect "$name" >/dev/null 2>&1 || die "$name is missing: run ${recipe#have:} first"
         ;;
       build:*)
         ctx="$OUT/ctx/${recipe#build:}"
@@ -315,9 +359,10 @@ mapped() {
 push_all() {
   local reg=$1 entry name recipe target plog="$OUT/push.log"
   need_docker
+  select_set "${2:-}"
   mkdir -p "$OUT"
   : >"$plog"
-  for entry in "${IMAGES[@]}"; do
+  for entry in "${SET[@]}"; do
     IFS='|' read -r name recipe <<<"$entry"
     docker image inspect "$name" >/dev/null 2>&1 || die "$name is missing: run $0 build first"
     target=$(mapped "$name" "$reg")
@@ -325,7 +370,7 @@ push_all() {
     docker push "$target" >>"$plog" 2>&1 || { tail -n 20 "$plog" >&2; die "docker push $target failed"; }
     docker image rm "$target" >/dev/null
   done
-  log "pushed ${#IMAGES[@]} images to $reg"
+  log "pushed ${#SET[@]} images to $reg"
 }
 
 # repo_list REGISTRY: every registry of manifest.go's RegistryList mapped into
@@ -346,18 +391,26 @@ EOF
 }
 
 case "${1:-build}" in
-  build) build ;;
-  bins) bins ;;
+  build)
+    (($# <= 2)) || die "usage: $0 build [cluster]"
+    build "${2:-}"
+    ;;
+  bins)
+    (($# <= 2)) || die "usage: $0 bins [cluster]"
+    select_set "${2:-}"
+    bins "${2:-}"
+    ;;
   push)
-    [[ $# -eq 2 ]] || die "usage: $0 push REGISTRY"
-    push_all "$2"
+    [[ $# -eq 2 || $# -eq 3 ]] || die "usage: $0 push REGISTRY [cluster]"
+    push_all "$2" "${3:-}"
     ;;
   repo-list)
     [[ $# -eq 2 ]] || die "usage: $0 repo-list REGISTRY"
     repo_list "$2"
     ;;
   list)
-    for entry in "${IMAGES[@]}"; do
+    select_set "${2:-}"
+    for entry in "${SET[@]}"; do
       IFS='|' read -r name recipe <<<"$entry"
       printf '%-50s %s\n' "$name" "$recipe"
     done
@@ -368,5 +421,5 @@ case "${1:-build}" in
       printf '%s\t%s\n' "$name" "$why"
     done
     ;;
-  *) echo "usage: $0 [build | bins | push REGISTRY | repo-list REGISTRY | list | blocked]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build [cluster] | bins [cluster] | push REGISTRY [cluster] | repo-list REGISTRY | list [cluster] | blocked]" >&2; exit 2 ;;
 esac

@@ -384,6 +384,19 @@ func TestKubeadmCluster(t *testing.T) {
 		return
 	}
 
+	// make e2e-multinode runs the quick conformance subset here, on this
+	// cluster, rather than on a second one of its own (make
+	// conformance-cluster-quick): one bring-up less in make test.
+	if subset := os.Getenv("E2E_MULTINODE_CONFORMANCE"); subset != "" {
+		t.Run("conformance-"+subset, func(t *testing.T) {
+			runConformance(t, c, subset)
+			// As kubeadm left it: what follows drains the worker.
+			c.kubectl(t, "taint", "nodes", c.nodes[0].Name, "node-role.kubernetes.io/control-plane:NoSchedule")
+		})
+	} else {
+		t.Log("E2E_MULTINODE_CONFORMANCE is empty: no conformance subset on this cluster")
+	}
+
 	t.Run("drain-and-rejoin", func(t *testing.T) {
 		n := c.nodes[1]
 		c.kubectl(t, "drain", n.Name, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=3m")

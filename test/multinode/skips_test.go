@@ -26,3 +26,15 @@ func TestReviewedLists(t *testing.T) {
 		}
 	}
 }
+
+// Both subsets have a pinned pass count, and the quick one is a part of
+// the full one.
+func TestWantPassed(t *testing.T) {
+	full, quick := WantPassed["full"], WantPassed["quick"]
+	if quick <= 0 || full < quick {
+		t.Errorf("WantPassed = %v: want 0 < quick <= full", WantPassed)
+	}
+	if len(WantPassed) != 2 {
+		t.Errorf("WantPassed = %v: want exactly the subsets full and quick", WantPassed)
+	}
+}
