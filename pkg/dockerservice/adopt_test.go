@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"
@@ -29,14 +30,14 @@ const (
 // and container on the engine, its checkpoint, and the container's log
 // path as a symlink to Docker's json-file log.
 type criDockerdWorld struct {
-	docker                      *fakeDocker
+	docker                      *fakedocker.Engine
 	criRoot, logPath, dockerLog string
 }
 
 func newCRIDockerdWorld(t *testing.T) *criDockerdWorld {
 	t.Helper()
 	w := &criDockerdWorld{docker: newFakeDocker(), criRoot: t.TempDir()}
-	w.docker.images[testPauseImage] = map[string]string{}
+	w.docker.Do(func(s *fakedocker.State) { s.Images[testPauseImage] = map[string]string{} })
 	logDir := filepath.Join(t.TempDir(), "default_web_uid-1", "app")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func newCRIDockerdWorld(t *testing.T) *criDockerdWorld {
 		t.Fatal(err)
 	}
 	started := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
-	w.docker.containers[adoptSandboxID] = &container.InspectResponse{
+	sandbox := &container.InspectResponse{
 		ContainerJSONBase: &container.ContainerJSONBase{
 			ID: adoptSandboxID, Name: "/k8s_POD_web_default_uid-1_2", Created: started, Image: "sha256:pause",
 			State:      &container.State{Status: "running", Running: true, Pid: 4242, StartedAt: started},
@@ -66,7 +67,7 @@ func newCRIDockerdWorld(t *testing.T) *criDockerdWorld {
 			"annotation.kubernetes.io/config.source": "file",
 		}},
 	}
-	w.docker.containers[adoptContainerID] = &container.InspectResponse{
+	ctr := &container.InspectResponse{
 		ContainerJSONBase: &container.ContainerJSONBase{
 			ID: adoptContainerID, Name: "/k8s_app_web_default_uid-1_3", Created: started, Image: adoptImageID,
 			State:      &container.State{Status: "running", Running: true, Pid: 4243, StartedAt: started},
@@ -86,8 +87,9 @@ func newCRIDockerdWorld(t *testing.T) *criDockerdWorld {
 			{Type: "volume", Source: "/var/lib/docker/volumes/v", Destination: "/image-volume", RW: true},
 		},
 	}
-	w.docker.addImage(fakeImage{ID: adoptImageID}, "busybox:1", adoptImageDigest)
-	w.docker.addLog(adoptContainerID, false, "hello\n")
+	w.docker.Do(func(s *fakedocker.State) { s.Containers[adoptSandboxID], s.Containers[adoptContainerID] = sandbox, ctr })
+	w.docker.AddImage(fakedocker.Image{ID: adoptImageID}, "busybox:1", adoptImageDigest)
+	w.docker.AddLog(adoptContainerID, false, "hello\n")
 	w.writeCheckpoint(t, `{"version":"v1","name":"web","namespace":"default","data":{"port_mappings":[{"protocol":"TCP","container_port":80,"host_port":8080},{"protocol":"UDP","container_port":53,"host_port":0}]},"checksum":1}`)
 	return w
 }
@@ -335,9 +337,8 @@ func TestDecodeCRIDockerd(t *testing.T) {
 func TestAdoptingDecoderPrefersNetshimLabels(t *testing.T) {
 	e := newTestEnv(t)
 	id := e.run(t, podConfig("own"))
-	e.docker.mu.Lock()
-	c := *e.docker.containers[id]
-	e.docker.mu.Unlock()
+	var c container.InspectResponse
+	e.docker.Do(func(s *fakedocker.State) { c = *s.Containers[id] })
 	labels := maps.Clone(c.Config.Labels)
 	labels[criDockerdLabelType] = typeContainer
 	cfg := *c.Config

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -100,9 +101,9 @@ func newBadInputFixture(t *testing.T) *badInputFixture {
 	if err := os.MkdirAll(filepath.Join(root, "overlay2"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	f.docker.mu.Lock()
-	f.docker.info = system.Info{DockerRootDir: root, Driver: "overlay2", CgroupDriver: "cgroupfs"}
-	f.docker.mu.Unlock()
+	f.docker.Do(func(s *fakedocker.State) {
+		s.Info = system.Info{DockerRootDir: root, Driver: "overlay2", CgroupDriver: "cgroupfs"}
+	})
 	f.quiesce(t)
 	f.c = serveCRI(t, e.ds)
 	return f
@@ -143,9 +144,7 @@ func (f *badInputFixture) snapshot(t *testing.T) worldState {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.docker.mu.Lock()
-	w.images = slices.Sorted(maps.Keys(f.docker.images))
-	f.docker.mu.Unlock()
+	f.docker.Do(func(s *fakedocker.State) { w.images = slices.Sorted(maps.Keys(s.Images)) })
 	f.plugin.mu.Lock()
 	w.pluginCalls = len(f.plugin.calls)
 	f.plugin.mu.Unlock()
@@ -157,7 +156,7 @@ var mutatingDockerCalls = []string{"ContainerCreate", "ContainerStart", "Contain
 
 func (f *badInputFixture) assertUnchanged(t *testing.T, before worldState, callsBefore int) {
 	t.Helper()
-	for _, c := range f.docker.callLog()[callsBefore:] {
+	for _, c := range f.docker.Calls()[callsBefore:] {
 		for _, m := range mutatingDockerCalls {
 			if strings.HasPrefix(c, m) {
 				t.Errorf("the request made Docker call %s", c)
@@ -880,7 +879,7 @@ func TestBadInputGetsPreciseStatusAndChangesNothing(t *testing.T) {
 	cases := f.cases()
 	for _, tc := range cases {
 		t.Run(tc.method+"/"+tc.name, func(t *testing.T) {
-			before, calls := f.snapshot(t), len(f.docker.callLog())
+			before, calls := f.snapshot(t), len(f.docker.Calls())
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			err := tc.call(ctx)
@@ -900,7 +899,7 @@ func TestBadInputGetsPreciseStatusAndChangesNothing(t *testing.T) {
 				t.Errorf("message is %d bytes: a hostile value must not be echoed whole", len(st.Message()))
 			}
 			if tc.noDocker {
-				if made := f.docker.callLog()[calls:]; len(made) != 0 {
+				if made := f.docker.Calls()[calls:]; len(made) != 0 {
 					t.Errorf("the request made Docker calls %q", made)
 				}
 			}

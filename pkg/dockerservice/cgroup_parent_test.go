@@ -4,6 +4,8 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+
+	"github.com/netshim/netshim/internal/fakedocker"
 )
 
 // The parents are the ones kubelet v1.37 sent on the VM node of make e2e-vm
@@ -29,9 +31,7 @@ func TestCgroupParentFor(t *testing.T) {
 // name; the driver is asked once, for the first slice.
 func TestRunPodSandboxSystemdCgroupParent(t *testing.T) {
 	e := newTestEnv(t)
-	e.docker.mu.Lock()
-	e.docker.info.CgroupDriver = "systemd"
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.Info.CgroupDriver = "systemd" })
 
 	cfg := podConfig("web")
 	cfg.Linux.CgroupParent = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poduid1.slice"
@@ -47,7 +47,7 @@ func TestRunPodSandboxSystemdCgroupParent(t *testing.T) {
 	second := podConfig("web2")
 	second.Linux.CgroupParent = cfg.Linux.CgroupParent
 	e.run(t, second)
-	if n := e.docker.count("Info"); n != 1 {
+	if n := e.docker.Count("Info"); n != 1 {
 		t.Errorf("%d docker info calls for two sandboxes, want 1", n)
 	}
 }
@@ -55,10 +55,8 @@ func TestRunPodSandboxSystemdCgroupParent(t *testing.T) {
 // A pause-less pod's containers get the slice's name from its checkpoint.
 func TestPauselessSystemdCgroupParent(t *testing.T) {
 	e, _ := newPauselessEnv(t)
-	e.docker.mu.Lock()
-	e.docker.info.CgroupDriver = "systemd"
-	e.docker.mu.Unlock()
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.Do(func(s *fakedocker.State) { s.Info.CgroupDriver = "systemd" })
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	cfg := pauselessPodConfig("web")
 	cfg.Linux.CgroupParent = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid3.slice"
 	cfg.LogDirectory = filepath.Join(t.TempDir(), "pods", "web")

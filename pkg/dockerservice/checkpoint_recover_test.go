@@ -9,6 +9,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
 )
@@ -23,7 +24,7 @@ func TestStartupSurvivesBadCheckpoints(t *testing.T) {
 	unreadable := e.run(t, podConfig("unreadable"))
 	deadCorrupt := e.run(t, podConfig("dead"))
 	healthy := e.run(t, podConfig("healthy"))
-	e.docker.killBehindBack(deadCorrupt)
+	e.docker.KillBehindBack(deadCorrupt)
 
 	dir := e.ckpt.Dir()
 	path := func(id string) string { return filepath.Join(dir, id+".json") }
@@ -116,7 +117,7 @@ func TestStartupSurvivesBadCheckpoints(t *testing.T) {
 // container is rebuilt as before, nameless.
 func TestPauselessDamagedCheckpointTakesThePodFromItsContainers(t *testing.T) {
 	e, dir := newPauselessEnv(t)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	cfg := pauselessPodConfig("web")
 	withCtr := e.run(t, cfg)
 	if _, err := e.ds.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: withCtr, Config: ctrConfig("app"), SandboxConfig: cfg}); err != nil {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"
 )
@@ -37,7 +38,7 @@ type podEnv struct {
 func newPodEnv(t *testing.T, mutate ...func(*Config)) *podEnv {
 	t.Helper()
 	e := newTestEnv(t, mutate...)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	cfg := podConfig("web")
 	cfg.LogDirectory = filepath.Join(t.TempDir(), "pods", "web")
 	return &podEnv{testEnv: e, sandboxID: e.run(t, cfg), sandbox: cfg}
@@ -216,7 +217,7 @@ func TestCreateContainerNamespaces(t *testing.T) {
 
 func TestCreateContainerInHostNetworkPodUsesHost(t *testing.T) {
 	e := newTestEnv(t)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage)
 	cfg := podConfig("hostnet")
 	cfg.PortMappings = nil
 	cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Ipc: runtimeapi.NamespaceMode_NODE}}
@@ -233,11 +234,11 @@ func TestCreateContainerMounts(t *testing.T) {
 	e := newPodEnv(t)
 	// The fake gives containers no resolv.conf/hosts paths; a real Docker
 	// does. Give the sandbox some, as Docker's inspect would have.
-	e.docker.mu.Lock()
-	sbc := e.docker.containers[e.sandboxID]
-	sbc.ResolvConfPath = "/var/lib/docker/containers/" + e.sandboxID + "/resolv.conf"
-	sbc.HostsPath = "/var/lib/docker/containers/" + e.sandboxID + "/hosts"
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		sbc := s.Containers[e.sandboxID]
+		sbc.ResolvConfPath = "/var/lib/docker/containers/" + e.sandboxID + "/resolv.conf"
+		sbc.HostsPath = "/var/lib/docker/containers/" + e.sandboxID + "/hosts"
+	})
 
 	cfg := ctrConfig("m")
 	cfg.Mounts = []*runtimeapi.Mount{
@@ -698,12 +699,12 @@ func TestCreateContainerRefusesWhatDockerCannotDo(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := ctrConfig("bad")
 			mutate(cfg)
-			e.docker.resetCalls()
+			e.docker.ResetCalls()
 			_, err := e.createErr(cfg)
 			if codeOf(err) != codes.InvalidArgument {
 				t.Fatalf("got %v (code %v), want InvalidArgument", err, codeOf(err))
 			}
-			if n := e.docker.count("ContainerCreate"); n != 0 {
+			if n := e.docker.Count("ContainerCreate"); n != 0 {
 				t.Errorf("%d containers created for an invalid config", n)
 			}
 		})
@@ -713,8 +714,8 @@ func TestCreateContainerRefusesWhatDockerCannotDo(t *testing.T) {
 func TestStopSignalFromImage(t *testing.T) {
 	// The fake's images have no STOPSIGNAL: wrap its ImageInspect.
 	docker := newFakeDocker()
-	docker.images[testPauseImage] = map[string]string{}
-	docker.addImage(fakeImage{ID: testImageID}, testImage)
+	docker.Do(func(s *fakedocker.State) { s.Images[testPauseImage] = map[string]string{} })
+	docker.AddImage(fakedocker.Image{ID: testImageID}, testImage)
 	ckpt, err := checkpoint.NewManager(filepath.Join(t.TempDir(), "sandbox"))
 	if err != nil {
 		t.Fatal(err)
@@ -741,12 +742,12 @@ func TestStopSignalFromImage(t *testing.T) {
 }
 
 type stopSignalImages struct {
-	*fakeDocker
+	*fakedocker.Engine
 	signal string
 }
 
 func (s stopSignalImages) ImageInspect(ctx context.Context, ref string, opts ...client.ImageInspectOption) (image.InspectResponse, error) {
-	img, err := s.fakeDocker.ImageInspect(ctx, ref, opts...)
+	img, err := s.Engine.ImageInspect(ctx, ref, opts...)
 	if err == nil && img.Config != nil {
 		img.Config.StopSignal = s.signal
 	}

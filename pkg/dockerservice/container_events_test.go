@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/network"
 )
@@ -152,7 +153,7 @@ func statusIn(t *testing.T, ev *runtimeapi.ContainerEventResponse, id string) *r
 // which the status RPCs then agree with.
 func TestContainerEventsFollowPodLifecycle(t *testing.T) {
 	e := newTestEnv(t)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	c := serveCRI(t, e.ds)
 	ev := subscribeEvents(t, c)
 	ctx := context.Background()
@@ -262,7 +263,7 @@ func TestContainerEventsForChangesBehindNetshimsBack(t *testing.T) {
 	ev := subscribeEvents(t, serveCRI(t, e.ds))
 
 	before := time.Now()
-	e.docker.exitBehindBack(id, 3, true)
+	e.docker.ExitBehindBack(id, 3, true)
 	got := ev.expect(t, id, evStopped, before)
 	if st := statusIn(t, got, id); st.ExitCode != 3 || st.Reason != reasonOOMKilled {
 		t.Errorf("STOPPED carries %v", st)
@@ -270,12 +271,12 @@ func TestContainerEventsForChangesBehindNetshimsBack(t *testing.T) {
 	statusIn(t, got, other) // the pod's other containers are there too
 
 	before = time.Now()
-	e.docker.removeBehindBack(id)
+	e.docker.RemoveBehindBack(id)
 	ev.expect(t, id, evDeleted, before)
 
 	// The infra container dies: the sandbox is no longer READY.
 	before = time.Now()
-	e.docker.killBehindBack(e.sandboxID)
+	e.docker.KillBehindBack(e.sandboxID)
 	got = ev.expect(t, e.sandboxID, evStopped, before)
 	if got.PodSandboxStatus.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
 		t.Errorf("sandbox STOPPED carries %v", got.PodSandboxStatus)
@@ -296,7 +297,7 @@ func TestContainerStoppedOnlyOnceItsExitShows(t *testing.T) {
 
 	// As while StartContainer sets the log up: the exit is held back.
 	done := e.ds.containers.streams.markStarting(id)
-	e.docker.exitBehindBack(id, 0, false)
+	e.docker.ExitBehindBack(id, 0, false)
 	testutil.Eventually(t, "exit in the index", func() bool { r, _ := e.ds.store.Get(id); return !r.Running() })
 	if st := e.status(t, id).State; st != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("ContainerStatus shows %v while the log is copied, want RUNNING", st)
@@ -327,7 +328,7 @@ func TestNoContainerEventsForStartUpState(t *testing.T) {
 		cfg.LogPath = logPath
 		c := e.create(t, cfg)
 		e.start(t, c)
-		e.docker.exitBehindBack(c, 1, false)
+		e.docker.ExitBehindBack(c, 1, false)
 		testutil.Eventually(t, "exit in the index", func() bool { r, _ := e.ds.store.Get(c); return !r.Running() })
 		return c
 	}
@@ -335,13 +336,13 @@ func TestNoContainerEventsForStartUpState(t *testing.T) {
 	drained := exited("drained", "drained/0.log")
 
 	// A second netshim, subscribed to before it has read Docker.
-	e.docker.setDown(true)
+	e.docker.SetDown(true)
 	ds, err := NewDockerService(Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake"}, e.docker, e.ckpt, []network.NetworkPlugin{&fakePlugin{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ev := subscribeEvents(t, serveCRI(t, ds))
-	e.docker.setDown(false)
+	e.docker.SetDown(false)
 	startService(t, ds)
 	select {
 	case <-ds.events.seeded:
@@ -357,7 +358,7 @@ func TestNoContainerEventsForStartUpState(t *testing.T) {
 	})
 	settleEvents(t, ds)
 	before := time.Now()
-	e.docker.killBehindBack(id)
+	e.docker.KillBehindBack(id)
 	x := ev.next(t)
 	if x.ContainerId == drained && x.ContainerEventType == evStopped {
 		x = ev.next(t)
@@ -455,7 +456,7 @@ func TestStopEventsEndsStreams(t *testing.T) {
 // it: it only marks the ID.
 func BenchmarkContainerEvent(b *testing.B) {
 	e := newTestEnv(b)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	cfg := podConfig("bench")
 	cfg.LogDirectory = filepath.Join(b.TempDir(), "pods", "bench")
 	run, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg})

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 )
 
@@ -31,22 +32,23 @@ type execEnv struct {
 func newExecEnv(t *testing.T) *execEnv {
 	t.Helper()
 	e := &execEnv{podEnv: newPodEnv(t)}
-	e.docker.mu.Lock()
-	e.docker.extras().onExec = func(cmd []string) fakeExecBehavior {
-		switch cmd[0] {
-		case "sleep":
-			return fakeExecBehavior{stdout: "started\n", hang: true}
-		case "fail":
-			return fakeExecBehavior{stdout: "out\n", stderr: "err\n", exitCode: 3}
+	e.docker.Do(func(s *fakedocker.State) {
+		s.OnExec = func(cmd []string) fakedocker.Script {
+			switch cmd[0] {
+			case "sleep": // runs until killed
+				return func(p *fakedocker.Proc) int { p.Stdout("started\n"); <-p.Killed(); return 0 }
+			case "fail":
+				return func(p *fakedocker.Proc) int { p.Stdout("out\n"); p.Stderr("err\n"); return 3 }
+			}
+			out := strings.Join(cmd, " ") + "\n"
+			return func(p *fakedocker.Proc) int { p.Stdout(out); return 0 }
 		}
-		return fakeExecBehavior{stdout: strings.Join(cmd, " ") + "\n"}
-	}
-	e.docker.mu.Unlock()
+	})
 	e.ds.containers.killExecTree = func(_ string, pid int) error {
 		e.mu.Lock()
 		e.killed = append(e.killed, pid)
 		e.mu.Unlock()
-		e.docker.killPid(pid)
+		e.docker.KillPid(pid)
 		return nil
 	}
 	e.id = e.create(t, ctrConfig("exec"))
@@ -96,7 +98,7 @@ func TestExecSyncTimeoutKillsTheProcess(t *testing.T) {
 	if len(killed) != 1 || killed[0] <= 0 {
 		t.Fatalf("killed pids %v, want the exec's", killed)
 	}
-	if n := e.docker.runningExecs(); n != 0 {
+	if n := e.docker.RunningExecs(); n != 0 {
 		t.Errorf("%d execs still running after the timeout", n)
 	}
 }
@@ -109,7 +111,7 @@ func TestExecSyncCallerDeadlineKillsTheProcess(t *testing.T) {
 	if codeOf(err) != codes.DeadlineExceeded {
 		t.Fatalf("got %v, want DeadlineExceeded", err)
 	}
-	if n := e.docker.runningExecs(); n != 0 {
+	if n := e.docker.RunningExecs(); n != 0 {
 		t.Errorf("%d execs still running after the caller gave up", n)
 	}
 }
@@ -163,9 +165,9 @@ func (e *execEnv) strangerExec(t *testing.T, cgroup string) *exec.Cmd {
 	if err := os.WriteFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"), []byte(cgroup), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.docker.mu.Lock()
-	e.docker.extras().execPid = func() int { return pid }
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.ExecPid = func() int { return pid }
+	})
 	e.ds.containers.procRoot = procRoot
 	e.ds.containers.killExecTree = e.ds.containers.killInContainer
 	return cmd
@@ -195,7 +197,7 @@ func TestExecSyncTimeoutKillsARealProcess(t *testing.T) {
 	go func() {
 		st, _ := proc.Process.Wait()
 		// Docker records the exit when the process dies.
-		e.docker.killPid(proc.Process.Pid)
+		e.docker.KillPid(proc.Process.Pid)
 		died <- st
 	}()
 	_, err := e.exec([]string{"sleep", "100"}, 1)

@@ -81,12 +81,12 @@ func TestCreateContainerWithImageVolume(t *testing.T) {
 	cfg = ctrConfig("missing")
 	missing := "sha256:" + strings.Repeat("e", 64)
 	cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/models", Image: &runtimeapi.ImageSpec{Image: missing}}}
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	_, err := e.createErr(cfg)
 	if codeOf(err) != codes.NotFound || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "image volume at /models") {
 		t.Errorf("missing image: got %v, want NotFound naming the image volume's image", err)
 	}
-	if n := e.docker.count("ContainerCreate"); n != 0 {
+	if n := e.docker.Count("ContainerCreate"); n != 0 {
 		t.Errorf("%d containers created for a missing image volume image", n)
 	}
 }

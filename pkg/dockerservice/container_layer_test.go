@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/system"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/layerusage"
@@ -49,9 +50,9 @@ func TestWritableLayerDirFromInspect(t *testing.T) {
 func (e *podEnv) startWithLayer(t *testing.T, name, layer string) string {
 	t.Helper()
 	id := e.create(t, ctrConfig(name))
-	e.docker.mu.Lock()
-	e.docker.containers[id].GraphDriver = storage.DriverData{Name: "overlay2", Data: map[string]string{"UpperDir": layer}}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Containers[id].GraphDriver = storage.DriverData{Name: "overlay2", Data: map[string]string{"UpperDir": layer}}
+	})
 	e.start(t, id)
 	e.ds.layers.syncNow()
 	if rec, _ := e.ds.store.Get(id); rec.WritableLayerDir != layer {
@@ -72,9 +73,9 @@ func (e *podEnv) containerStats(t *testing.T, id string) *runtimeapi.ContainerSt
 func TestContainerStatsReportsTheMeasuredWritableLayer(t *testing.T) {
 	e := newPodEnv(t)
 	r := newFakeDockerRoot(t)
-	e.docker.mu.Lock()
-	e.docker.info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+	})
 	layer := filepath.Join(r.driverDir, r.containerL, "diff")
 	writeSizedFile(t, filepath.Join(layer, "data", "1mib"), 1<<20)
 	id := e.startWithLayer(t, "writer", layer)
@@ -236,9 +237,7 @@ func TestContainerFsMountpointMatchesImageFsInfo(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newTestEnv(t)
-			e.docker.mu.Lock()
-			e.docker.info = tt.info
-			e.docker.mu.Unlock()
+			e.docker.Do(func(s *fakedocker.State) { s.Info = tt.info })
 			got := containerFsMountpoint(tt.info)
 			if fs := e.imageFsInfo(t).ContainerFilesystems[0].FsId.GetMountpoint(); got != fs || got != tt.want {
 				t.Errorf("containerFsMountpoint %q, ImageFsInfo %q, want both %q", got, fs, tt.want)
@@ -252,9 +251,9 @@ func TestContainerFsMountpointMatchesImageFsInfo(t *testing.T) {
 func TestImageFsInfoSumsMeasuredLayersOnTheContainerdStore(t *testing.T) {
 	e := newPodEnv(t)
 	root := t.TempDir()
-	e.docker.mu.Lock()
-	e.docker.info = system.Info{DockerRootDir: root, Driver: "overlayfs", DriverStatus: [][2]string{{"driver-type", "io.containerd.snapshotter.v1"}}}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Info = system.Info{DockerRootDir: root, Driver: "overlayfs", DriverStatus: [][2]string{{"driver-type", "io.containerd.snapshotter.v1"}}}
+	})
 	a, b := t.TempDir(), t.TempDir()
 	writeSizedFile(t, filepath.Join(a, "f"), 256<<10)
 	writeSizedFile(t, filepath.Join(b, "f"), 512<<10)

@@ -12,15 +12,16 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 )
 
 func TestContainerLabelsAndAnnotationsRoundTripExactly(t *testing.T) {
 	e := newPodEnv(t)
 	// Image labels Docker merges in must not come back as CRI labels.
-	e.docker.mu.Lock()
-	e.docker.images[testImage] = map[string]string{"io.kubernetes.container.name": "from-image", "maintainer": "someone"}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Images[testImage] = map[string]string{"io.kubernetes.container.name": "from-image", "maintainer": "someone"}
+	})
 	cfg := ctrConfig("rt")
 	cfg.Labels = map[string]string{
 		"io.kubernetes.container.name": "rt", "io.kubernetes.pod.uid": "uid-web",
@@ -89,11 +90,11 @@ func TestContainerLifecycleIsIdempotent(t *testing.T) {
 		t.Errorf("after create: state %v created %d started %d", st.State, st.CreatedAt, st.StartedAt)
 	}
 	// Stopping a created container is a no-op.
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	if err := stop(id); err != nil {
 		t.Errorf("Stop of a created container: %v", err)
 	}
-	if n := e.docker.count("ContainerStop"); n != 0 {
+	if n := e.docker.Count("ContainerStop"); n != 0 {
 		t.Errorf("Stop of a created container called Docker %d times", n)
 	}
 
@@ -129,8 +130,8 @@ func TestContainerLifecycleIsIdempotent(t *testing.T) {
 	if err := stop(id); err != nil {
 		t.Errorf("Stop after Remove: %v", err)
 	}
-	if len(e.docker.containers) != 1 {
-		t.Errorf("%d Docker containers left, want only the sandbox's", len(e.docker.containers))
+	if len(e.docker.ContainerIDs()) != 1 {
+		t.Errorf("%d Docker containers left, want only the sandbox's", len(e.docker.ContainerIDs()))
 	}
 
 	// A running container is removed by force.
@@ -157,13 +158,13 @@ func TestCreateContainerPreconditions(t *testing.T) {
 	t.Run("missing image", func(t *testing.T) {
 		cfg := ctrConfig("x")
 		cfg.Image.Image = "nowhere/nothing:1"
-		e.docker.resetCalls()
+		e.docker.ResetCalls()
 		_, err := e.createErr(cfg)
 		if codeOf(err) != codes.NotFound || !strings.Contains(err.Error(), "nowhere/nothing:1") || !strings.Contains(err.Error(), "pull") {
 			t.Errorf("got %v, want NotFound naming the image and saying to pull it", err)
 		}
-		if e.docker.count("ContainerCreate") != 0 || e.docker.count("ImagePull") != 0 {
-			t.Errorf("calls = %v", e.docker.callLog())
+		if e.docker.Count("ContainerCreate") != 0 || e.docker.Count("ImagePull") != 0 {
+			t.Errorf("calls = %v", e.docker.Calls())
 		}
 	})
 	t.Run("name taken", func(t *testing.T) {
@@ -187,7 +188,9 @@ func TestCreateContainerPreconditions(t *testing.T) {
 func TestStartContainerFailureShowsInStatus(t *testing.T) {
 	e := newPodEnv(t)
 	id := e.create(t, ctrConfig("broken"))
-	e.docker.startErr = errors.New(`OCI runtime create failed: exec: "nope": executable file not found in $PATH`)
+	e.docker.Do(func(s *fakedocker.State) {
+		s.StartErr = errors.New(`OCI runtime create failed: exec: "nope": executable file not found in $PATH`)
+	})
 	_, err := e.ds.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: id})
 	if err == nil || !strings.Contains(err.Error(), "executable file not found") {
 		t.Fatalf("StartContainer error %v does not carry Docker's", err)
@@ -215,10 +218,10 @@ func TestContainerStatusReasonsFromEvents(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			id := e.create(t, ctrConfig(c.name))
 			e.start(t, id)
-			e.docker.resetCalls()
-			e.docker.exitBehindBack(id, c.code, c.oom)
+			e.docker.ResetCalls()
+			e.docker.ExitBehindBack(id, c.code, c.oom)
 			testutil.Eventually(t, "the exit to reach the index", func() bool {
-				return e.status(t, id).State == runtimeapi.ContainerState_CONTAINER_EXITED && e.docker.count("ContainerInspect "+id) >= 1
+				return e.status(t, id).State == runtimeapi.ContainerState_CONTAINER_EXITED && e.docker.Count("ContainerInspect "+id) >= 1
 			})
 			st := e.status(t, id)
 			if st.ExitCode != int32(c.code) || st.Reason != c.reason || st.FinishedAt < st.StartedAt || st.FinishedAt == 0 {
@@ -226,12 +229,12 @@ func TestContainerStatusReasonsFromEvents(t *testing.T) {
 			}
 			// One inspect per death, and none per status read.
 			e.quiesce(t)
-			e.docker.resetCalls()
+			e.docker.ResetCalls()
 			for range 10 {
 				e.status(t, id)
 			}
-			if len(e.docker.callLog()) != 0 {
-				t.Errorf("ContainerStatus called Docker: %v", e.docker.callLog())
+			if len(e.docker.Calls()) != 0 {
+				t.Errorf("ContainerStatus called Docker: %v", e.docker.Calls())
 			}
 		})
 	}
@@ -259,7 +262,7 @@ func TestListContainersFiltersWithoutDockerCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.quiesce(t)
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	list := func(f *runtimeapi.ContainerFilter) []string {
 		t.Helper()
 		resp, err := e.ds.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: f})
@@ -296,8 +299,8 @@ func TestListContainersFiltersWithoutDockerCalls(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", name, got, c.want)
 		}
 	}
-	if len(e.docker.callLog()) != 0 {
-		t.Errorf("ListContainers called Docker: %v", e.docker.callLog())
+	if len(e.docker.Calls()) != 0 {
+		t.Errorf("ListContainers called Docker: %v", e.docker.Calls())
 	}
 }
 
@@ -386,11 +389,11 @@ func TestUpdateContainerResources(t *testing.T) {
 	}
 
 	// No Linux resources: nothing to change, and no Docker call.
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	if _, err := e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id}); err != nil {
 		t.Errorf("empty update: %v", err)
 	}
-	if n := e.docker.count("ContainerUpdate"); n != 0 {
+	if n := e.docker.Count("ContainerUpdate"); n != 0 {
 		t.Errorf("an empty update made %d Docker updates", n)
 	}
 	if _, err := e.ds.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: "nope", Linux: &runtimeapi.LinuxContainerResources{}}); codeOf(err) != codes.NotFound {
@@ -400,9 +403,7 @@ func TestUpdateContainerResources(t *testing.T) {
 
 func TestRuntimeConfigReportsDockersCgroupDriverOnce(t *testing.T) {
 	e := newTestEnv(t)
-	e.docker.mu.Lock()
-	e.docker.info.CgroupDriver = "cgroupfs"
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.Info.CgroupDriver = "cgroupfs" })
 	for range 3 {
 		resp, err := e.ds.RuntimeConfig(context.Background(), &runtimeapi.RuntimeConfigRequest{})
 		if err != nil {
@@ -412,7 +413,7 @@ func TestRuntimeConfigReportsDockersCgroupDriverOnce(t *testing.T) {
 			t.Errorf("cgroup driver = %v", resp.GetLinux().GetCgroupDriver())
 		}
 	}
-	if n := e.docker.count("Info"); n != 1 {
+	if n := e.docker.Count("Info"); n != 1 {
 		t.Errorf("asked Docker %d times, want once (cached)", n)
 	}
 }
@@ -457,9 +458,8 @@ func TestStopAndRemoveFindContainersTheIndexLacks(t *testing.T) {
 	if _, err := e.ds.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 1}); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	e.docker.mu.Lock()
-	running := e.docker.containers[id].State.Running
-	e.docker.mu.Unlock()
+	var running bool
+	e.docker.Do(func(s *fakedocker.State) { running = s.Containers[id].State.Running })
 	if running {
 		t.Error("Stop of a container the index lacked left it running")
 	}
@@ -470,7 +470,7 @@ func TestStopAndRemoveFindContainersTheIndexLacks(t *testing.T) {
 	if _, err := e.ds.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
-	if e.docker.find(id) != nil {
+	if e.docker.HasContainer(id) {
 		t.Error("Remove of a container the index lacked left it in Docker")
 	}
 }
@@ -480,20 +480,16 @@ func TestStopAndRemoveFindContainersTheIndexLacks(t *testing.T) {
 // out) removes it, so neither an orphan nor a blocked name remains.
 func TestCreateThatFailsAfterDockerMadeTheContainerLeavesNothing(t *testing.T) {
 	e := newPodEnv(t)
-	e.docker.mu.Lock()
-	e.docker.createErrAfter = context.DeadlineExceeded
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.CreateErr, s.CreateMakes = context.DeadlineExceeded, true })
 	if _, err := e.createErr(ctrConfig("slow")); err == nil {
 		t.Fatal("CreateContainer succeeded though Docker's answer was lost")
 	}
-	if n := e.docker.count("ContainerRemove"); n != 1 {
+	if n := e.docker.Count("ContainerRemove"); n != 1 {
 		t.Errorf("%d removals, want 1 (of the container the failed create made)", n)
 	}
 	if n := len(e.ds.store.ContainersOf(e.sandboxID)); n != 0 {
 		t.Errorf("index holds %d containers of the sandbox, want 0", n)
 	}
-	e.docker.mu.Lock()
-	e.docker.createErrAfter = nil
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.CreateErr, s.CreateMakes = nil, false })
 	e.create(t, ctrConfig("slow")) // the name is free again
 }

@@ -59,11 +59,11 @@ func TestStartContainerWritesCRILog(t *testing.T) {
 	e := newPodEnv(t)
 	id := e.create(t, ctrConfig("logger"))
 	path := e.status(t, id).LogPath
-	e.docker.addLog(id, false, "hello\n")
-	e.docker.addLog(id, true, "oops\n")
+	e.docker.AddLog(id, false, "hello\n")
+	e.docker.AddLog(id, true, "oops\n")
 	e.start(t, id)
 	waitLines(t, path, "stdout F hello", "stderr F oops")
-	e.docker.addLog(id, false, "partial")
+	e.docker.AddLog(id, false, "partial")
 	waitLines(t, path, "stdout F hello", "stderr F oops", "stdout P partial")
 
 	// kubelet rotates: it renames the file and asks for a fresh one.
@@ -73,7 +73,7 @@ func TestStartContainerWritesCRILog(t *testing.T) {
 	if _, err := e.ds.ReopenContainerLog(context.Background(), &runtimeapi.ReopenContainerLogRequest{ContainerId: id}); err != nil {
 		t.Fatalf("ReopenContainerLog: %v", err)
 	}
-	e.docker.addLog(id, false, " end\n")
+	e.docker.AddLog(id, false, " end\n")
 	waitLines(t, path, "stdout F  end")
 	if got := criLines(t, path+".1"); len(got) != 3 {
 		t.Errorf("rotated file = %q", got)
@@ -107,7 +107,7 @@ func TestStartContainerRefusesUnwritableLog(t *testing.T) {
 	if codeOf(err) != codes.FailedPrecondition {
 		t.Fatalf("got %v, want FailedPrecondition", err)
 	}
-	if n := e.docker.count("ContainerStart"); n != 1 { // the sandbox's
+	if n := e.docker.Count("ContainerStart"); n != 1 { // the sandbox's
 		t.Errorf("Docker started the container although its log cannot be written")
 	}
 }
@@ -119,12 +119,12 @@ func TestLogFollowersResumeAfterRestart(t *testing.T) {
 	e := newPodEnv(t)
 	id := e.create(t, ctrConfig("survivor"))
 	path := e.status(t, id).LogPath
-	e.docker.addLog(id, false, "one\n")
+	e.docker.AddLog(id, false, "one\n")
 	e.start(t, id)
 	waitLines(t, path, "stdout F one")
 
 	e.ds.Close() // stops the followers, as a netshim shutdown does
-	e.docker.addLog(id, false, "two\n")
+	e.docker.AddLog(id, false, "two\n")
 
 	ds2, err := NewDockerService(Config{PodInfraImage: testPauseImage, NetworkPluginName: "fake"}, e.docker, e.ckpt, []network.NetworkPlugin{&fakePlugin{}})
 	if err != nil {
@@ -132,7 +132,7 @@ func TestLogFollowersResumeAfterRestart(t *testing.T) {
 	}
 	startService(t, ds2)
 	waitLines(t, path, "stdout F one", "stdout F two")
-	e.docker.addLog(id, false, "three\n")
+	e.docker.AddLog(id, false, "three\n")
 	waitLines(t, path, "stdout F one", "stdout F two", "stdout F three")
 }
 
@@ -148,8 +148,8 @@ func TestExitShowsOnlyWithTheWholeLog(t *testing.T) {
 		id := e.create(t, cfg)
 		path := e.status(t, id).LogPath
 		e.start(t, id)
-		e.docker.addLog(id, false, "last words\n")
-		e.docker.exitBehindBack(id, 0, false)
+		e.docker.AddLog(id, false, "last words\n")
+		e.docker.ExitBehindBack(id, 0, false)
 		testutil.Eventually(t, "the exit", func() bool {
 			return e.status(t, id).State == runtimeapi.ContainerState_CONTAINER_EXITED
 		})
@@ -171,17 +171,17 @@ func TestExitedWhileDownLogWrittenAfterRestart(t *testing.T) {
 	cfg := ctrConfig("removed")
 	removedID := e.create(t, cfg)
 	removedPath := e.status(t, removedID).LogPath
-	e.docker.addLog(id, false, "one\n")
+	e.docker.AddLog(id, false, "one\n")
 	e.start(t, id)
 	e.start(t, removedID)
 	waitLines(t, path, "stdout F one")
 
 	e.ds.Close() // netshim stops
-	e.docker.addLog(id, false, "two\n")
-	e.docker.addLog(id, true, "last words")
-	e.docker.exitBehindBack(id, 1, false)
-	e.docker.addLog(removedID, false, "gone\n")
-	e.docker.exitBehindBack(removedID, 0, false)
+	e.docker.AddLog(id, false, "two\n")
+	e.docker.AddLog(id, true, "last words")
+	e.docker.ExitBehindBack(id, 1, false)
+	e.docker.AddLog(removedID, false, "gone\n")
+	e.docker.ExitBehindBack(removedID, 0, false)
 	if err := os.Remove(removedPath); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestLogState(t *testing.T) {
 	if got := state(context.Background(), id); got != crilog.StateRunning {
 		t.Errorf("running container: %v", got)
 	}
-	e.docker.exitBehindBack(id, 0, false)
+	e.docker.ExitBehindBack(id, 0, false)
 	if got := state(context.Background(), id); got != crilog.StateExited {
 		t.Errorf("exited container: %v", got)
 	}

@@ -152,7 +152,7 @@ func TestCreateContainerLogPath(t *testing.T) {
 			cfg := ctrConfig("c")
 			cfg.LogPath = p.rel
 			e.sandbox.LogDirectory = p.dir
-			creates := e.docker.count("ContainerCreate")
+			creates := e.docker.Count("ContainerCreate")
 			id, err := e.createErr(cfg)
 
 			if tc.wantErr == "" {
@@ -171,7 +171,7 @@ func TestCreateContainerLogPath(t *testing.T) {
 			if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("CreateContainer = %v, want InvalidArgument saying %q", err, tc.wantErr)
 			}
-			if n := e.docker.count("ContainerCreate"); n != creates {
+			if n := e.docker.Count("ContainerCreate"); n != creates {
 				t.Errorf("Docker was asked to create a container")
 			}
 			if after := snapshotPaths(t, p.watched); after != before {

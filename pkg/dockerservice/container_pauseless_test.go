@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -26,7 +27,7 @@ type pauselessPodEnv struct {
 func newPauselessPodEnv(t *testing.T) *pauselessPodEnv {
 	t.Helper()
 	e, _ := newPauselessEnv(t)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	cfg := pauselessPodConfig("web")
 	cfg.LogDirectory = filepath.Join(t.TempDir(), "pods", "web")
 	id := e.run(t, cfg)
@@ -50,10 +51,10 @@ func withNamespaces(cfg *runtimeapi.ContainerConfig, ns *runtimeapi.NamespaceOpt
 func TestCreateContainerInPauselessSandbox(t *testing.T) {
 	e := newPauselessPodEnv(t)
 	pl := e.cp.Pauseless
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	config, hc := e.createInspect(t, ctrConfig("app"))
 
-	if n := e.docker.count("ContainerInspect " + e.sandboxID); n != 0 {
+	if n := e.docker.Count("ContainerInspect " + e.sandboxID); n != 0 {
 		t.Errorf("%d inspects of the sandbox, which has no container", n)
 	}
 	if hc.Runtime != OCIWrapperRuntime || hc.NetworkMode != "none" || hc.IpcMode != "private" || hc.UTSMode != "" || hc.PidMode != "" {
@@ -206,11 +207,11 @@ func TestCreateContainerInNotReadyPauselessSandbox(t *testing.T) {
 		if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: e.sandboxID}); err != nil {
 			t.Fatal(err)
 		}
-		e.docker.resetCalls()
+		e.docker.ResetCalls()
 		if _, err := e.createErr(ctrConfig("app")); codeOf(err) != codes.FailedPrecondition {
 			t.Errorf("CreateContainer after Stop: %v, want FailedPrecondition", err)
 		}
-		if n := e.docker.count("ContainerCreate"); n != 0 {
+		if n := e.docker.Count("ContainerCreate"); n != 0 {
 			t.Errorf("%d creates", n)
 		}
 	})
@@ -219,12 +220,12 @@ func TestCreateContainerInNotReadyPauselessSandbox(t *testing.T) {
 		if err := podns.NewPinner(filepath.Dir(e.cp.NetNS)).Remove(e.cp.NetNS); err != nil {
 			t.Fatal(err)
 		}
-		e.docker.resetCalls()
+		e.docker.ResetCalls()
 		_, err := e.createErr(ctrConfig("app"))
 		if codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), e.cp.NetNS) {
 			t.Errorf("CreateContainer without the pod's netns: %v, want FailedPrecondition naming it", err)
 		}
-		if n := e.docker.count("ContainerCreate"); n != 0 {
+		if n := e.docker.Count("ContainerCreate"); n != 0 {
 			t.Errorf("%d creates", n)
 		}
 	})
@@ -271,7 +272,7 @@ func TestPauselessShmBind(t *testing.T) {
 // starts.
 func TestPauselessPodWithoutHostname(t *testing.T) {
 	e, _ := newPauselessEnv(t)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	cfg := pauselessPodConfig("web")
 	cfg.Hostname = ""
 	id := e.run(t, cfg)

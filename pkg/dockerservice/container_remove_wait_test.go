@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 )
 
@@ -52,14 +53,12 @@ func TestRemoveContainerWaitsForARemovalInProgress(t *testing.T) {
 	e := newPodEnv(t)
 	id := e.create(t, ctrConfig("twice"))
 	e.start(t, id)
-	e.docker.mu.Lock()
-	e.docker.removeErr = removalInProgress(id)
-	e.docker.mu.Unlock()
-	before := e.docker.count("ContainerInspect")
+	e.docker.Do(func(s *fakedocker.State) { s.RemoveErr = removalInProgress(id) })
+	before := e.docker.Count("ContainerInspect")
 
 	done := removeAsync(context.Background(), e.ds, id)
 	testutil.Eventually(t, "RemoveContainer to look at the container again", func() bool {
-		return e.docker.count("ContainerInspect") >= before+2
+		return e.docker.Count("ContainerInspect") >= before+2
 	})
 	select {
 	case err := <-done:
@@ -67,10 +66,10 @@ func TestRemoveContainerWaitsForARemovalInProgress(t *testing.T) {
 	default:
 	}
 	// The other removal ends.
-	e.docker.mu.Lock()
-	delete(e.docker.containers, id)
-	e.docker.removeErr = nil
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		delete(s.Containers, id)
+		s.RemoveErr = nil
+	})
 	if err := waitErr(t, done); err != nil {
 		t.Fatalf("RemoveContainer: %v, want success once the other removal ended", err)
 	}
@@ -89,9 +88,7 @@ func TestRemoveContainerGivesUpOnAStuckRemoval(t *testing.T) {
 	t.Cleanup(func() { removalWaitTimeout = old })
 	e := newPodEnv(t)
 	id := e.create(t, ctrConfig("stuck"))
-	e.docker.mu.Lock()
-	e.docker.removeErr = removalInProgress(id)
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.RemoveErr = removalInProgress(id) })
 
 	err := waitErr(t, removeAsync(context.Background(), e.ds, id))
 	if codeOf(err) != codes.Unavailable || !strings.Contains(err.Error(), "retry") {
@@ -114,15 +111,13 @@ func TestRemoveContainerGivesUpOnAStuckRemoval(t *testing.T) {
 func TestRemoveContainerConflictOtherThanRemovalFails(t *testing.T) {
 	e := newPodEnv(t)
 	id := e.create(t, ctrConfig("held"))
-	e.docker.mu.Lock()
-	e.docker.removeErr = errdefs.ErrConflict.WithMessage("container is paused")
-	e.docker.mu.Unlock()
-	before := e.docker.count("ContainerInspect")
+	e.docker.Do(func(s *fakedocker.State) { s.RemoveErr = errdefs.ErrConflict.WithMessage("container is paused") })
+	before := e.docker.Count("ContainerInspect")
 	_, err := e.ds.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id})
 	if codeOf(err) != codes.FailedPrecondition {
 		t.Errorf("RemoveContainer: %v, want FailedPrecondition", err)
 	}
-	if n := e.docker.count("ContainerInspect") - before; n > 1 {
+	if n := e.docker.Count("ContainerInspect") - before; n > 1 {
 		t.Errorf("%d inspects after a plain conflict: it waited", n)
 	}
 }

@@ -92,7 +92,7 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 				writeFiles(t, map[string]string{filepath.Join(sr.cgroupRoot, "cpuacct", cg, "cpuacct.usage"): "1505000000\n"})
 			}
 			e.quiesce(t)
-			e.docker.resetCalls()
+			e.docker.ResetCalls()
 			list, err := e.ds.ListContainerStats(context.Background(), &runtimeapi.ListContainerStatsRequest{})
 			if err != nil {
 				t.Fatal(err)
@@ -110,8 +110,8 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 			if got := ids[running].Cpu.GetUsageNanoCores(); got.GetValue() != 750_000_000 {
 				t.Errorf("second reading's rate = %v, want 750000000 nanocores", got)
 			}
-			if len(e.docker.callLog()) != 0 {
-				t.Errorf("ListContainerStats called Docker: %v", e.docker.callLog())
+			if len(e.docker.Calls()) != 0 {
+				t.Errorf("ListContainerStats called Docker: %v", e.docker.Calls())
 			}
 			for _, f := range []*runtimeapi.ContainerStatsFilter{
 				{Id: running[:8]}, {PodSandboxId: e.sandboxID, LabelSelector: map[string]string{"io.kubernetes.container.name": "running"}},

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/metrics"
 )
 
@@ -23,7 +24,7 @@ func TestInstrumentDockerClientNilMetricsIsTheClient(t *testing.T) {
 
 func TestInstrumentDockerClientTimesEveryCall(t *testing.T) {
 	f := newFakeDocker()
-	f.pingErr = errors.New("engine down")
+	f.Do(func(s *fakedocker.State) { s.PingErr = errors.New("engine down") })
 	m := metrics.New()
 	c := InstrumentDockerClient(f, m)
 	ctx := context.Background()
@@ -82,13 +83,13 @@ func TestInstrumentDockerClientTimesEveryCall(t *testing.T) {
 		t.Errorf("Ping errors = %v, want 1 (pingErr)", got)
 	}
 	inspectErrs := dockerErrors(t, m, "ContainerInspect")
-	before := f.count("ContainerInspect")
+	before := f.Count("ContainerInspect")
 	// Not "c1": the table runs in map order, so c1 may have been created
 	// after its removal.
 	if _, err := c.ContainerInspect(ctx, "no-such-container"); err == nil {
 		t.Fatal("inspect of a missing container succeeded")
 	}
-	if f.count("ContainerInspect") != before+1 {
+	if f.Count("ContainerInspect") != before+1 {
 		t.Error("the wrapper did not reach the client")
 	}
 	if got := dockerErrors(t, m, "ContainerInspect"); got != inspectErrs+1 {

@@ -7,14 +7,14 @@ import (
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/fakedocker"
 )
 
 // useEngineAPI makes the fake engine speak API v, with a client that has
 // not negotiated yet, as when netshim starts against that engine.
 func (e *testEnv) useEngineAPI(v string) {
-	e.docker.mu.Lock()
-	e.docker.extras().apiVersion, e.docker.extras().clientVersion = v, ""
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.APIVersion, s.ClientVersion = v, "" })
 	e.ds.mu.Lock()
 	e.ds.apiVersion = ""
 	e.ds.mu.Unlock()
@@ -37,7 +37,7 @@ func TestCreateContainerNegotiatesAPIVersion(t *testing.T) {
 		{"1.43", "1.43", true},
 		{"1.44", "1.44", false},
 		// Docker 29: the client's newest is older than the engine's.
-		{"1.52", fakeClientMaxAPI, false},
+		{"1.52", fakedocker.ClientMaxAPI, false},
 	} {
 		t.Run(c.engine, func(t *testing.T) {
 			e := newPodEnv(t)
@@ -61,14 +61,12 @@ func TestCreateContainerNegotiatesAPIVersion(t *testing.T) {
 	t.Run("unreachable engine", func(t *testing.T) {
 		e := newPodEnv(t)
 		e.useEngineAPI("1.44")
-		e.docker.mu.Lock()
-		e.docker.pingErr = errors.New("connection refused")
-		e.docker.mu.Unlock()
-		e.docker.resetCalls()
+		e.docker.Do(func(s *fakedocker.State) { s.PingErr = errors.New("connection refused") })
+		e.docker.ResetCalls()
 		if _, err := e.createErr(roMount("ro")); err == nil {
 			t.Fatal("CreateContainer succeeded without knowing the engine's API version")
 		}
-		if n := e.docker.count("ContainerCreate"); n != 0 {
+		if n := e.docker.Count("ContainerCreate"); n != 0 {
 			t.Errorf("%d ContainerCreate calls, want none", n)
 		}
 	})
@@ -76,12 +74,10 @@ func TestCreateContainerNegotiatesAPIVersion(t *testing.T) {
 	t.Run("engine replaced by an older one", func(t *testing.T) {
 		e := newPodEnv(t)
 		e.useEngineAPI("1.52")
-		if v, err := e.ds.dockerAPIVersion(context.Background()); err != nil || v != fakeClientMaxAPI {
-			t.Fatalf("version = %q, %v; want %s", v, err, fakeClientMaxAPI)
+		if v, err := e.ds.dockerAPIVersion(context.Background()); err != nil || v != fakedocker.ClientMaxAPI {
+			t.Fatalf("version = %q, %v; want %s", v, err, fakedocker.ClientMaxAPI)
 		}
-		e.docker.mu.Lock()
-		e.docker.extras().apiVersion = "1.41"
-		e.docker.mu.Unlock()
+		e.docker.Do(func(s *fakedocker.State) { s.APIVersion = "1.41" })
 		// What the events stream does when it has reconnected.
 		e.ds.onIndexSync(context.Background())
 		_, hc := e.createInspect(t, roMount("ro"))

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/system"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 )
 
@@ -131,9 +132,9 @@ func (e *testEnv) setFsTTL(ttl time.Duration) {
 func TestImageFsInfoMeasuresImageAndContainerLayers(t *testing.T) {
 	e := newTestEnv(t)
 	r := newFakeDockerRoot(t)
-	e.docker.mu.Lock()
-	e.docker.info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+	})
 	e.setFsTTL(time.Hour)
 
 	before := time.Now()
@@ -164,10 +165,10 @@ func TestImageFsInfoMeasuresImageAndContainerLayers(t *testing.T) {
 	}
 
 	// Within the TTL: the same answer, no Docker call, no walk.
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	writeSizedFile(t, filepath.Join(r.driverDir, r.containerL, "diff", "tmp", "more"), 256<<10)
-	if again := e.imageFsInfo(t); again.ContainerFilesystems[0].Timestamp != ctr.Timestamp || e.docker.count("Info") != 0 {
-		t.Errorf("second call within the TTL measured again (Info calls %d)", e.docker.count("Info"))
+	if again := e.imageFsInfo(t); again.ContainerFilesystems[0].Timestamp != ctr.Timestamp || e.docker.Count("Info") != 0 {
+		t.Errorf("second call within the TTL measured again (Info calls %d)", e.docker.Count("Info"))
 	}
 
 	// Stale: answered at once from the cache, refreshed in the background.
@@ -202,9 +203,9 @@ func TestImageFsInfoMeasuresImageAndContainerLayers(t *testing.T) {
 func TestImageFsInfoWithoutDriverDir(t *testing.T) {
 	e := newTestEnv(t)
 	root := t.TempDir()
-	e.docker.mu.Lock()
-	e.docker.info = system.Info{DockerRootDir: root, Driver: "overlayfs"} // containerd image store: no <root>/overlayfs
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Info = system.Info{DockerRootDir: root, Driver: "overlayfs"} // containerd image store: no <root>/overlayfs
+	})
 	resp := e.imageFsInfo(t)
 	if mp := resp.ImageFilesystems[0].FsId.GetMountpoint(); mp != root {
 		t.Errorf("mountpoint %q, want the root dir %q", mp, root)
@@ -218,10 +219,10 @@ func TestImageFsInfoWithoutDriverDir(t *testing.T) {
 func TestImageFsInfoOnTheContainerdImageStore(t *testing.T) {
 	e := newTestEnv(t)
 	root := t.TempDir()
-	e.docker.mu.Lock()
-	e.docker.info = system.Info{DockerRootDir: root, Driver: "overlayfs", DriverStatus: [][2]string{{"driver-type", "io.containerd.snapshotter.v1"}}}
-	e.docker.layersSize = 47606330
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Info = system.Info{DockerRootDir: root, Driver: "overlayfs", DriverStatus: [][2]string{{"driver-type", "io.containerd.snapshotter.v1"}}}
+		s.LayersSize = 47606330
+	})
 	resp := e.imageFsInfo(t)
 	img := resp.ImageFilesystems[0]
 	if mp := img.FsId.GetMountpoint(); mp != root {
@@ -269,9 +270,9 @@ func (r *fakeDockerRoot) addContainerLayers(t testing.TB, container, mountID str
 func TestImageFsInfoRemembersInitLayers(t *testing.T) {
 	e := newTestEnv(t)
 	r := newFakeDockerRoot(t)
-	e.docker.mu.Lock()
-	e.docker.info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+	})
 	e.setFsTTL(time.Hour)
 	first := e.imageFsInfo(t).ContainerFilesystems[0].InodesUsed.GetValue()
 	if first != 5 {
@@ -381,9 +382,9 @@ func BenchmarkImageFsMeasure(b *testing.B) {
 	for i := range 2 * statsBenchPods {
 		r.addContainerLayers(b, fmt.Sprintf("%064d", i), fmt.Sprintf("%063dm", i))
 	}
-	e.docker.mu.Lock()
-	e.docker.info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+	})
 	ctx := context.Background()
 	b.Run("first", func(b *testing.B) {
 		for b.Loop() {
@@ -411,33 +412,33 @@ func BenchmarkImageFsMeasure(b *testing.B) {
 func TestImageFsInfoReadsStorageSettingsOncePerEngineSession(t *testing.T) {
 	e := newTestEnv(t)
 	r := newFakeDockerRoot(t)
-	e.docker.mu.Lock()
-	e.docker.info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+	})
 	refresh := func() *runtimeapi.ImageFsInfoResponse {
 		t.Helper()
 		return e.freshImageFsInfo(t)
 	}
 	e.setFsTTL(time.Hour)
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	e.imageFsInfo(t)
 	refresh()
 	refresh()
-	if n := e.docker.count("Info"); n != 1 {
+	if n := e.docker.Count("Info"); n != 1 {
 		t.Errorf("three measurements in one engine session asked Info %d times, want 1", n)
 	}
 
 	// dockerd restarted with another root: the new stream's sync makes
 	// the next measurement read the settings again.
 	moved := newFakeDockerRoot(t)
-	e.docker.mu.Lock()
-	e.docker.info = system.Info{DockerRootDir: moved.root, Driver: "overlay2"}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Info = system.Info{DockerRootDir: moved.root, Driver: "overlay2"}
+	})
 	e.ds.onIndexSync(context.Background())
 	if mp := refresh().ImageFilesystems[0].FsId.GetMountpoint(); mp != moved.driverDir {
 		t.Errorf("after a new engine session: mountpoint %q, want the new root's %q", mp, moved.driverDir)
 	}
-	if n := e.docker.count("Info"); n != 2 {
+	if n := e.docker.Count("Info"); n != 2 {
 		t.Errorf("Info asked %d times, want 2", n)
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/fakedocker"
 )
 
 // progressStream writes a progress message every gap, n times, then ends
@@ -58,9 +60,9 @@ func TestPullProgressDeadline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEnv(t, func(c *Config) { c.ImagePullProgressDeadline = deadline })
-			e.docker.mu.Lock()
-			e.docker.pullStream = func(ctx context.Context) io.ReadCloser { return progressStream(ctx, tc.n, tc.gap) }
-			e.docker.mu.Unlock()
+			e.docker.Do(func(s *fakedocker.State) {
+				s.PullStream = func(ctx context.Context) io.ReadCloser { return progressStream(ctx, tc.n, tc.gap) }
+			})
 			start := time.Now()
 			_, err := e.ds.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "registry.example/slow:1"}})
 			if !tc.wantErr {

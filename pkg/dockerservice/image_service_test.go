@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/fakedocker"
 )
 
 // fakeImageID makes a Docker-style image ID.
@@ -60,22 +62,22 @@ func TestPullImageNormalisesAndReturnsImageID(t *testing.T) {
 		t.Fatalf("PullImage: %v", err)
 	}
 	const full = "docker.io/library/busybox:latest"
-	if n := e.docker.count("ImagePull " + full); n != 1 {
-		t.Errorf("Docker was asked to pull %s %d times, want 1 (calls %v)", full, n, e.docker.calls)
+	if n := e.docker.Count("ImagePull " + full); n != 1 {
+		t.Errorf("Docker was asked to pull %s %d times, want 1 (calls %v)", full, n, e.docker.Calls())
 	}
 	if want := fakeImageID(full); resp.ImageRef != want {
 		t.Errorf("ImageRef = %q, want the image ID %q", resp.ImageRef, want)
 	}
-	if got := e.docker.pullOpts[0].RegistryAuth; got != "" {
+	if got := e.docker.PullOptions()[0].RegistryAuth; got != "" {
 		t.Errorf("anonymous pull sent credentials %q", got)
 	}
 	if !e.imageRemembered("busybox") || !e.imageRemembered(full) {
 		t.Errorf("pulled image not remembered as present under its spec and normalised name: %v", e.ds.imagePresent)
 	}
 	// ensureImage trusts the mark: no Docker call.
-	e.docker.resetCalls()
-	if err := e.ds.ensureImage(context.Background(), full); err != nil || len(e.docker.calls) != 0 {
-		t.Errorf("ensureImage after PullImage: err %v, calls %v; want no Docker call", err, e.docker.calls)
+	e.docker.ResetCalls()
+	if err := e.ds.ensureImage(context.Background(), full); err != nil || len(e.docker.Calls()) != 0 {
+		t.Errorf("ensureImage after PullImage: err %v, calls %v; want no Docker call", err, e.docker.Calls())
 	}
 	// The returned ref is what ImageStatus and ListImages report as ID.
 	if st := e.imageStatus(t, "busybox"); st == nil || st.Id != resp.ImageRef {
@@ -95,7 +97,7 @@ func TestPullImageSendsCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PullImage: %v", err)
 	}
-	ac := decodeAuthHeader(t, e.docker.pullOpts[0].RegistryAuth)
+	ac := decodeAuthHeader(t, e.docker.PullOptions()[0].RegistryAuth)
 	if ac.Username != "alice" || ac.Password != "pw" || ac.ServerAddress != "127.0.0.1:5000" {
 		t.Errorf("X-Registry-Auth = %+v", ac)
 	}
@@ -104,7 +106,9 @@ func TestPullImageSendsCredentials(t *testing.T) {
 func TestPullImageErrors(t *testing.T) {
 	e := newTestEnv(t)
 	const ref = "127.0.0.1:5000/private/app:1"
-	e.docker.pullErrs[ref] = "Head http://127.0.0.1:5000/v2/private/app/manifests/1: no basic auth credentials"
+	e.docker.Do(func(s *fakedocker.State) {
+		s.PullErrs[ref] = "Head http://127.0.0.1:5000/v2/private/app/manifests/1: no basic auth credentials"
+	})
 	_, err := e.ds.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: imgSpec(ref)})
 	if err == nil || !strings.Contains(err.Error(), "no basic auth credentials") {
 		t.Errorf("PullImage of a failing pull: err %v, want the stream's error", err)
@@ -156,7 +160,7 @@ func TestImageStatusOfMissingImageIsNilNotError(t *testing.T) {
 func TestImageStatusFields(t *testing.T) {
 	e := newTestEnv(t)
 	id := fakeImageID("app")
-	e.docker.addImage(fakeImage{ID: id, User: "www-data:1004", Size: 4242},
+	e.docker.AddImage(fakedocker.Image{ID: id, User: "www-data:1004", Size: 4242},
 		"busybox:1.36", "quay.io/x/app:v1", "busybox@"+testDigest)
 
 	st := e.imageStatus(t, "busybox:1.36")
@@ -207,7 +211,7 @@ func TestImageStatusUIDAndUsername(t *testing.T) {
 		{"0", &runtimeapi.Int64Value{Value: 0}, ""},
 	} {
 		ref := "localhost:5000/user-test:" + string(rune('a'+i))
-		e.docker.addImage(fakeImage{ID: fakeImageID(ref), User: c.user}, ref)
+		e.docker.AddImage(fakedocker.Image{ID: fakeImageID(ref), User: c.user}, ref)
 		for _, st := range []*runtimeapi.Image{e.imageStatus(t, ref), e.listImages(t, ref)[0]} {
 			if !proto.Equal(st.Uid, c.uid) || st.Username != c.username {
 				t.Errorf("user %q: uid %v username %q, want uid %v username %q", c.user, st.Uid, st.Username, c.uid, c.username)
@@ -218,7 +222,7 @@ func TestImageStatusUIDAndUsername(t *testing.T) {
 
 func TestPodInfraImageIsPinned(t *testing.T) {
 	e := newTestEnv(t)
-	e.docker.addImage(fakeImage{ID: fakeImageID("other")}, "docker.io/library/busybox:latest")
+	e.docker.AddImage(fakedocker.Image{ID: fakeImageID("other")}, "docker.io/library/busybox:latest")
 	if st := e.imageStatus(t, testPauseImage); st == nil || !st.Pinned {
 		t.Errorf("pause image status %v, want pinned", st)
 	}
@@ -235,9 +239,9 @@ func TestPodInfraImageIsPinned(t *testing.T) {
 func TestListImagesFilter(t *testing.T) {
 	e := newTestEnv(t)
 	b1, b2, ng := fakeImageID("b1"), fakeImageID("b2"), fakeImageID("ng")
-	e.docker.addImage(fakeImage{ID: b1, Size: 10}, "busybox:1")
-	e.docker.addImage(fakeImage{ID: b2, Size: 20}, "busybox:2", "busybox@"+testDigest)
-	e.docker.addImage(fakeImage{ID: ng, Size: 30}, "nginx:latest", "localhost:5000/e2e/nginx:1.14-2")
+	e.docker.AddImage(fakedocker.Image{ID: b1, Size: 10}, "busybox:1")
+	e.docker.AddImage(fakedocker.Image{ID: b2, Size: 20}, "busybox:2", "busybox@"+testDigest)
+	e.docker.AddImage(fakedocker.Image{ID: ng, Size: 30}, "nginx:latest", "localhost:5000/e2e/nginx:1.14-2")
 	pause := fakeImageID(testPauseImage) // the fake's ID for an image without metadata
 
 	ids := func(imgs []*runtimeapi.Image) []string {
@@ -285,9 +289,9 @@ func TestListImagesFilter(t *testing.T) {
 		}
 	}
 	// A user is inspected once per image ID, then cached.
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	e.listImages(t, "")
-	if n := e.docker.count("ImageInspect"); n != 0 {
+	if n := e.docker.Count("ImageInspect"); n != 0 {
 		t.Errorf("second ListImages inspected %d images, want 0 (users cached by ID)", n)
 	}
 }
@@ -296,14 +300,14 @@ func TestRemoveImageRemovesAllTagsAndIsIdempotent(t *testing.T) {
 	e := newTestEnv(t)
 	id := fakeImageID("multi")
 	refs := []string{"docker.io/library/busybox:latest", "docker.io/library/busybox:1.36", "quay.io/x/app:v1", "docker.io/library/busybox@" + testDigest}
-	e.docker.addImage(fakeImage{ID: id}, refs...)
+	e.docker.AddImage(fakedocker.Image{ID: id}, refs...)
 	e.ds.markImagePresent("busybox", "quay.io/x/app:v1", testPauseImage)
 
 	if _, err := e.ds.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec(id)}); err != nil {
 		t.Fatalf("RemoveImage by ID: %v", err)
 	}
 	for _, r := range refs {
-		if e.docker.hasImageRef(r) {
+		if e.docker.HasImageRef(r) {
 			t.Errorf("reference %s survived RemoveImage", r)
 		}
 	}
@@ -330,11 +334,11 @@ func TestRemoveImageRemovesAllTagsAndIsIdempotent(t *testing.T) {
 func TestRemoveImageByTagRemovesTheImage(t *testing.T) {
 	e := newTestEnv(t)
 	id := fakeImageID("t")
-	e.docker.addImage(fakeImage{ID: id}, "docker.io/library/busybox:latest", "docker.io/library/busybox:2")
+	e.docker.AddImage(fakedocker.Image{ID: id}, "docker.io/library/busybox:latest", "docker.io/library/busybox:2")
 	if _, err := e.ds.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec("busybox")}); err != nil {
 		t.Fatalf("RemoveImage by tag: %v", err)
 	}
-	if e.docker.hasImageRef("docker.io/library/busybox:2") {
+	if e.docker.HasImageRef("docker.io/library/busybox:2") {
 		t.Errorf("removing by one tag left the image's other tag")
 	}
 }
@@ -342,7 +346,7 @@ func TestRemoveImageByTagRemovesTheImage(t *testing.T) {
 func TestRemoveImageInUseFails(t *testing.T) {
 	e := newTestEnv(t)
 	id := fakeImageID("used")
-	e.docker.addImage(fakeImage{ID: id}, "docker.io/library/busybox:latest")
+	e.docker.AddImage(fakedocker.Image{ID: id}, "docker.io/library/busybox:latest")
 	if _, err := e.docker.ContainerCreate(context.Background(), &container.Config{Image: "docker.io/library/busybox:latest"}, &container.HostConfig{}, nil, nil, "user"); err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +354,7 @@ func TestRemoveImageInUseFails(t *testing.T) {
 	if codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "is using") {
 		t.Errorf("RemoveImage of an image in use: err %v (code %v), want FailedPrecondition naming the container", err, codeOf(err))
 	}
-	if !e.docker.hasImageRef("docker.io/library/busybox:latest") {
+	if !e.docker.HasImageRef("docker.io/library/busybox:latest") {
 		t.Errorf("image in use was removed")
 	}
 }

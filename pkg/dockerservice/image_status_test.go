@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"
 )
@@ -84,7 +85,7 @@ const (
 // containerd store a digest reference untags every name of that
 // repository pointing at the image.
 type recordedEngine struct {
-	*fakeDocker
+	*fakedocker.Engine
 	containerdStore bool
 
 	mu      sync.Mutex
@@ -94,7 +95,7 @@ type recordedEngine struct {
 
 func newRecordedEngine(t *testing.T, listJSON, inspectJSON string, containerdStore bool) *recordedEngine {
 	t.Helper()
-	r := &recordedEngine{fakeDocker: newFakeDocker(), containerdStore: containerdStore, inspect: map[string]image.InspectResponse{}}
+	r := &recordedEngine{Engine: newFakeDocker(), containerdStore: containerdStore, inspect: map[string]image.InspectResponse{}}
 	if err := json.Unmarshal([]byte(listJSON), &r.list); err != nil {
 		t.Fatalf("image list fixture: %v", err)
 	}
@@ -110,7 +111,7 @@ func newRecordedEngine(t *testing.T, listJSON, inspectJSON string, containerdSto
 
 // resolveLocked finds the image a reference, ID or ID prefix names.
 func (r *recordedEngine) resolveLocked(ref string) (string, bool) {
-	if fakeHexRE.MatchString(ref) {
+	if fakedocker.LooksLikeID(ref) {
 		want := "sha256:" + strings.TrimPrefix(ref, "sha256:")
 		for id := range r.inspect {
 			if strings.HasPrefix(id, want) {
@@ -120,7 +121,7 @@ func (r *recordedEngine) resolveLocked(ref string) (string, bool) {
 	}
 	for id, i := range r.inspect {
 		for _, n := range slices.Concat(i.RepoTags, i.RepoDigests) {
-			if sameRef(n, ref) {
+			if fakedocker.SameRef(n, ref) {
 				return id, true
 			}
 		}
@@ -129,7 +130,7 @@ func (r *recordedEngine) resolveLocked(ref string) (string, bool) {
 }
 
 func (r *recordedEngine) ImageInspect(_ context.Context, ref string, _ ...client.ImageInspectOption) (image.InspectResponse, error) {
-	r.record("ImageInspect " + ref)
+	r.Record("ImageInspect " + ref)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	id, ok := r.resolveLocked(ref)
@@ -140,7 +141,7 @@ func (r *recordedEngine) ImageInspect(_ context.Context, ref string, _ ...client
 }
 
 func (r *recordedEngine) ImageList(context.Context, image.ListOptions) ([]image.Summary, error) {
-	r.record("ImageList")
+	r.Record("ImageList")
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []image.Summary
@@ -154,12 +155,12 @@ func (r *recordedEngine) ImageList(context.Context, image.ListOptions) ([]image.
 
 // ImagePull has nothing to fetch: the recorded image is there already.
 func (r *recordedEngine) ImagePull(_ context.Context, ref string, _ image.PullOptions) (io.ReadCloser, error) {
-	r.record("ImagePull " + ref)
+	r.Record("ImagePull " + ref)
 	return io.NopCloser(strings.NewReader(`{"status":"Status: Image is up to date for ` + ref + `"}` + "\n")), nil
 }
 
 func (r *recordedEngine) ImageRemove(_ context.Context, ref string, _ image.RemoveOptions) ([]image.DeleteResponse, error) {
-	r.record("ImageRemove " + ref)
+	r.Record("ImageRemove " + ref)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	id, ok := r.resolveLocked(ref)
@@ -171,7 +172,7 @@ func (r *recordedEngine) ImageRemove(_ context.Context, ref string, _ image.Remo
 		return slices.DeleteFunc(slices.Clone(names), gone)
 	}
 	switch {
-	case strings.HasPrefix(id, "sha256:"+strings.TrimPrefix(ref, "sha256:")) && fakeHexRE.MatchString(ref):
+	case strings.HasPrefix(id, "sha256:"+strings.TrimPrefix(ref, "sha256:")) && fakedocker.LooksLikeID(ref):
 		if len(i.RepoTags) > 1 {
 			return nil, errdefs.ErrConflict.WithMessage("conflict: unable to delete " + ref + " (must be forced) - image is referenced in multiple repositories")
 		}
@@ -181,7 +182,7 @@ func (r *recordedEngine) ImageRemove(_ context.Context, ref string, _ image.Remo
 		if err != nil {
 			return nil, errdefs.ErrInvalidArgument.WithMessage(err.Error())
 		}
-		i.RepoDigests = drop(i.RepoDigests, func(d string) bool { return sameRef(d, ref) })
+		i.RepoDigests = drop(i.RepoDigests, func(d string) bool { return fakedocker.SameRef(d, ref) })
 		if r.containerdStore {
 			// The digest is derived from the names: it goes with them.
 			i.RepoTags = drop(i.RepoTags, func(tag string) bool {
@@ -190,7 +191,7 @@ func (r *recordedEngine) ImageRemove(_ context.Context, ref string, _ image.Remo
 			})
 		}
 	default:
-		i.RepoTags = drop(i.RepoTags, func(tag string) bool { return sameRef(tag, ref) })
+		i.RepoTags = drop(i.RepoTags, func(tag string) bool { return fakedocker.SameRef(tag, ref) })
 	}
 	if r.containerdStore || len(i.RepoTags) == 0 {
 		// On the containerd store a digest reference exists only
@@ -282,7 +283,7 @@ func (f engineFixture) imageByName(t *testing.T, name string) *runtimeapi.Image 
 	for _, w := range f.want {
 		if slices.ContainsFunc(slices.Concat(w.RepoTags, w.RepoDigests), func(r string) bool {
 			n, err := reference.ParseNormalizedNamed(r)
-			return sameRef(r, name) || (repoOnly && err == nil && n.Name() == named.Name())
+			return fakedocker.SameRef(r, name) || (repoOnly && err == nil && n.Name() == named.Name())
 		}) {
 			return w
 		}
@@ -454,9 +455,9 @@ func TestListImagesInspectsOnlyWhatChanged(t *testing.T) {
 	eng := newRecordedEngine(t, f.list, f.inspect, f.containerdStore)
 	ds := newImageEnv(t, eng)
 	listAll(t, ds, "")
-	eng.resetCalls()
+	eng.ResetCalls()
 	listAll(t, ds, "")
-	if n := eng.count("ImageInspect"); n != 0 {
+	if n := eng.Count("ImageInspect"); n != 0 {
 		t.Errorf("second ListImages inspected %d images, want 0", n)
 	}
 	// The registry name is removed behind netshim's back.
@@ -466,9 +467,9 @@ func TestListImagesInspectsOnlyWhatChanged(t *testing.T) {
 	eng.inspect[busyboxManifest] = i
 	eng.list[0].RepoTags = i.RepoTags
 	eng.mu.Unlock()
-	eng.resetCalls()
+	eng.ResetCalls()
 	got := listAll(t, ds, recordedRegistryRepo)
-	if n := eng.count("ImageInspect"); n != 1 || len(got) != 0 {
+	if n := eng.Count("ImageInspect"); n != 1 || len(got) != 0 {
 		t.Errorf("after an untag: %d inspects, filter by the removed name gave %v; want 1 and none", n, got)
 	}
 }

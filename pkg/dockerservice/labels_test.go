@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/network"
 )
@@ -184,11 +185,11 @@ func TestImageLabelsCannotSteerCRIAnswers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			e := newTestEnv(t)
-			e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
-			e.docker.mu.Lock()
-			e.docker.images[testPauseImage] = hostileImageLabels(typeSandbox)
-			e.docker.images[testImage] = hostileImageLabels(typeContainer)
-			e.docker.mu.Unlock()
+			e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
+			e.docker.Do(func(s *fakedocker.State) {
+				s.Images[testPauseImage] = hostileImageLabels(typeSandbox)
+				s.Images[testImage] = hostileImageLabels(typeContainer)
+			})
 			pod := podConfig("web")
 			pod.LogDirectory = "/var/log/pods/ns_web_uid-web"
 			sandboxID := e.run(t, pod)
@@ -256,7 +257,7 @@ func oddMaps() map[string]string {
 func TestCRILabelsAndAnnotationsRoundTripExactly(t *testing.T) {
 	ctx := context.Background()
 	e := newTestEnv(t)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	pod := podConfig("odd")
 	pod.Labels, pod.Annotations = oddMaps(), oddMaps()
 	sandboxID := e.run(t, pod)
@@ -450,10 +451,10 @@ func TestLegacyContainersStillDecode(t *testing.T) {
 	}
 	sbLabels := legacySandboxLabels(e.sandbox)
 	sbLabels["image.label"] = "from-image"
-	e.docker.mu.Lock()
-	e.docker.containers[e.sandboxID].Config.Labels = sbLabels
-	e.docker.containers[id].Config.Labels = ctrLabels
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Containers[e.sandboxID].Config.Labels = sbLabels
+		s.Containers[id].Config.Labels = ctrLabels
+	})
 
 	viewOf(t, restartService(t, e.testEnv), e.sandboxID, id).diff(t, "legacy labels after restart", want)
 }
@@ -474,12 +475,12 @@ func TestForgedOwnershipIsNotIndexed(t *testing.T) {
 	legacy := legacySandboxLabels(podConfig("old"))
 	legacy[labelMeta] = hostileImageLabels(typeSandbox)[labelMeta]
 	forged = append(forged, legacy)
-	e.docker.mu.Lock()
-	for i, l := range forged {
-		id := strings.Repeat(string(rune('a'+i)), 64)
-		e.docker.containers[id] = runningContainer(id, "forged-"+string(rune('a'+i)), l)
-	}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		for i, l := range forged {
+			id := strings.Repeat(string(rune('a'+i)), 64)
+			s.Containers[id] = runningContainer(id, "forged-"+string(rune('a'+i)), l)
+		}
+	})
 
 	ds := restartService(t, e.testEnv)
 	if n := ds.store.Len(); n != 1 {

@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/fakedocker"
 )
 
 // kubeletLikePod is a sandbox config with the labels and annotations
@@ -76,7 +78,7 @@ func BenchmarkListPodSandbox110(b *testing.B) {
 // off the cache).
 func BenchmarkListContainers110(b *testing.B) {
 	e := newTestEnv(b)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	ctx := context.Background()
 	for i := 0; i < 110; i++ {
 		cfg := kubeletLikePod(i)

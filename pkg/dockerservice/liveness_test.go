@@ -6,6 +6,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 )
 
@@ -44,7 +45,7 @@ func TestSyncedHeartbeatAndCounts(t *testing.T) {
 	if sb, c := e.ds.Counts(); sb != 0 || c != 0 {
 		t.Errorf("Counts = %d, %d on an empty engine, want 0, 0", sb, c)
 	}
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	cfg := podConfig("p")
 	sb := e.run(t, cfg)
 	c := ctrConfig("a")

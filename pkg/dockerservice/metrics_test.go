@@ -8,6 +8,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/metrics"
 )
@@ -25,7 +26,7 @@ func gaugeValue(t *testing.T, m *metrics.Metrics, family string, labels map[stri
 func TestMetricsCountSandboxesAndContainersByState(t *testing.T) {
 	m := metrics.New()
 	e := newTestEnv(t, func(c *Config) { c.Metrics = m })
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	cfg := podConfig("p")
 	cfg.LogDirectory = filepath.Join(t.TempDir(), "pods", "p")
 	sb := e.run(t, cfg)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 )
 
@@ -207,9 +208,7 @@ func runtimesEnv(t *testing.T, info system.Info) (*testEnv, *fakeClock) {
 }
 
 func (e *testEnv) setInfo(info system.Info) {
-	e.docker.mu.Lock()
-	e.docker.info = info
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.Info = info })
 }
 
 func (e *testEnv) handlerNames(t *testing.T) []string {
@@ -236,7 +235,7 @@ func TestStatusRuntimeHandlersAreCached(t *testing.T) {
 			t.Fatalf("handlers = %q, want %q", got, want)
 		}
 	}
-	if n := e.docker.count("Info"); n != 1 {
+	if n := e.docker.Count("Info"); n != 1 {
 		t.Fatalf("%d docker info calls for 5 Status polls, want 1", n)
 	}
 
@@ -246,15 +245,15 @@ func TestStatusRuntimeHandlersAreCached(t *testing.T) {
 	info.Runtimes["kata"] = system.RuntimeWithStatus{}
 	e.setInfo(info)
 	clk.advance(runtimesMaxAge - time.Second)
-	if got := e.handlerNames(t); !slices.Equal(got, want) || e.docker.count("Info") != 1 {
-		t.Fatalf("within max age: handlers %q, %d info calls", got, e.docker.count("Info"))
+	if got := e.handlerNames(t); !slices.Equal(got, want) || e.docker.Count("Info") != 1 {
+		t.Fatalf("within max age: handlers %q, %d info calls", got, e.docker.Count("Info"))
 	}
 	clk.advance(time.Second)
 	e.handlerNames(t)
 	testutil.Eventually(t, "the refreshed runtimes", func() bool {
 		return slices.Equal(e.handlerNames(t), []string{"", "kata", "runc", "runc-alt"})
 	})
-	if n := e.docker.count("Info"); n != 2 {
+	if n := e.docker.Count("Info"); n != 2 {
 		t.Errorf("%d docker info calls, want 2", n)
 	}
 }
@@ -265,19 +264,17 @@ func TestStatusDoesNotWaitForAHungRefresh(t *testing.T) {
 	e, clk := runtimesEnv(t, docker29Info("6.1.0"))
 	e.handlerNames(t)
 	gate := make(chan struct{})
-	e.docker.mu.Lock()
-	e.docker.infoGate = gate
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.InfoGate = gate })
 	defer close(gate)
 	clk.advance(runtimesMaxAge)
 	e.handlerNames(t)
-	testutil.Eventually(t, "the refresh to ask docker info", func() bool { return e.docker.count("Info") == 2 })
+	testutil.Eventually(t, "the refresh to ask docker info", func() bool { return e.docker.Count("Info") == 2 })
 	for range 3 {
 		if got := e.handlerNames(t); !slices.Equal(got, []string{"", "runc", "runc-alt"}) {
 			t.Fatalf("handlers = %q", got)
 		}
 	}
-	if n := e.docker.count("Info"); n != 2 {
+	if n := e.docker.Count("Info"); n != 2 {
 		t.Errorf("%d docker info calls, want 2: one refresh at a time", n)
 	}
 }
@@ -287,20 +284,16 @@ func TestStatusDoesNotWaitForAHungRefresh(t *testing.T) {
 // poll.
 func TestStatusRuntimeHandlersWhenInfoFails(t *testing.T) {
 	e, clk := runtimesEnv(t, docker29Info("6.1.0"))
-	e.docker.mu.Lock()
-	e.docker.infoErr = errors.New("engine busy")
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.InfoErr = errors.New("engine busy") })
 	for range 3 {
 		if got := e.handlerNames(t); !slices.Equal(got, []string{""}) {
 			t.Fatalf("handlers = %q, want only the default", got)
 		}
 	}
-	if n := e.docker.count("Info"); n != 1 {
+	if n := e.docker.Count("Info"); n != 1 {
 		t.Fatalf("%d docker info calls, want 1 within the retry delay", n)
 	}
-	e.docker.mu.Lock()
-	e.docker.infoErr = nil
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.InfoErr = nil })
 	clk.advance(runtimesRetryAfter)
 	if got := e.handlerNames(t); !slices.Equal(got, []string{"", "runc", "runc-alt"}) {
 		t.Fatalf("after the retry delay: handlers = %q", got)
@@ -325,7 +318,7 @@ func TestRunPodSandboxRuntimeHandler(t *testing.T) {
 	} {
 		t.Run(handlerTestName(tc.handler), func(t *testing.T) {
 			e, _ := runtimesEnv(t, docker29Info("6.1.0"))
-			e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+			e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 			cfg := podConfig("rc")
 			resp, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: tc.handler})
 			if tc.wantErr != nil {
@@ -337,7 +330,7 @@ func TestRunPodSandboxRuntimeHandler(t *testing.T) {
 						t.Errorf("message %q does not say %q", err, w)
 					}
 				}
-				if n := e.docker.count("ContainerCreate"); n != 0 {
+				if n := e.docker.Count("ContainerCreate"); n != 0 {
 					t.Errorf("%d containers created", n)
 				}
 				if ids, _ := e.ckpt.List(); len(ids) != 0 {
@@ -380,7 +373,7 @@ func TestRunPodSandboxRuntimeHandler(t *testing.T) {
 func TestRunPodSandboxDefaultHandlerNeedsNoInfo(t *testing.T) {
 	e, _ := runtimesEnv(t, docker29Info("6.1.0"))
 	e.run(t, podConfig("plain"))
-	if n := e.docker.count("Info"); n != 0 {
+	if n := e.docker.Count("Info"); n != 0 {
 		t.Errorf("%d docker info calls for the default handler", n)
 	}
 }
@@ -399,7 +392,7 @@ func TestRunPodSandboxSeesANewRuntimeAtOnce(t *testing.T) {
 	if _, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("new"), RuntimeHandler: "runc-new"}); err != nil {
 		t.Fatalf("RunPodSandbox with a runtime added since the last read: %v", err)
 	}
-	if n := e.docker.count("Info"); n != 2 {
+	if n := e.docker.Count("Info"); n != 2 {
 		t.Fatalf("%d docker info calls, want 2", n)
 	}
 	for range 3 {
@@ -408,7 +401,7 @@ func TestRunPodSandboxSeesANewRuntimeAtOnce(t *testing.T) {
 			t.Fatalf("got %v, want InvalidArgument listing the runtimes", err)
 		}
 	}
-	if n := e.docker.count("Info"); n != 2 {
+	if n := e.docker.Count("Info"); n != 2 {
 		t.Errorf("%d docker info calls after 3 refused pods within the gap, want still 2", n)
 	}
 }
@@ -417,14 +410,12 @@ func TestRunPodSandboxSeesANewRuntimeAtOnce(t *testing.T) {
 // handler cannot be checked: Unavailable (retry), nothing made.
 func TestRunPodSandboxRuntimesUnknown(t *testing.T) {
 	e, _ := runtimesEnv(t, docker29Info("6.1.0"))
-	e.docker.mu.Lock()
-	e.docker.infoErr = errors.New("engine busy")
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.InfoErr = errors.New("engine busy") })
 	_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("x"), RuntimeHandler: "runc"})
 	if codeOf(err) != codes.Unavailable || !strings.Contains(err.Error(), "engine busy") {
 		t.Fatalf("got %v, want Unavailable with Docker's error", err)
 	}
-	if n := e.docker.count("ContainerCreate"); n != 0 {
+	if n := e.docker.Count("ContainerCreate"); n != 0 {
 		t.Errorf("%d containers created", n)
 	}
 }
@@ -452,7 +443,7 @@ func TestCreateContainerRecursiveReadOnlyPerHandler(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _ := runtimesEnv(t, tc.info)
 			e.useEngineAPI(tc.api)
-			e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+			e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 			cfg := podConfig("rro")
 			resp, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: tc.handler})
 			if err != nil {
@@ -464,7 +455,7 @@ func TestCreateContainerRecursiveReadOnlyPerHandler(t *testing.T) {
 			if tc.wantErr != "" {
 				_, err := pe.createErr(c)
 				requireInvalidArgument(t, err, tc.wantErr)
-				if n := e.docker.count("ContainerCreate"); n != 1 {
+				if n := e.docker.Count("ContainerCreate"); n != 1 {
 					t.Errorf("%d creates, want only the sandbox's", n)
 				}
 				return
@@ -554,7 +545,7 @@ func TestRunPodSandboxRefusesAMisregisteredWrapper(t *testing.T) {
 			t.Fatalf("handler %q: got %v, want FailedPrecondition naming the default runtime", handler, err)
 		}
 	}
-	if n := e.docker.count("ContainerCreate"); n != 0 {
+	if n := e.docker.Count("ContainerCreate"); n != 0 {
 		t.Errorf("%d containers created", n)
 	}
 	if mode, reason := e.ds.SandboxNetNSMode(context.Background()); mode != "unavailable" || !strings.Contains(reason, "netshim's OCI wrapper") {
@@ -571,7 +562,7 @@ func TestRunPodSandboxRefusesAMisregisteredWrapperUnread(t *testing.T) {
 	if codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "default runtime") {
 		t.Fatalf("got %v, want FailedPrecondition naming the default runtime", err)
 	}
-	if n := e.docker.count("ContainerCreate"); n != 0 {
+	if n := e.docker.Count("ContainerCreate"); n != 0 {
 		t.Errorf("%d containers created", n)
 	}
 }

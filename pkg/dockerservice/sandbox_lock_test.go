@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 )
 
@@ -25,7 +26,7 @@ func TestLifecycleOfOneSandboxIsSerialised(t *testing.T) {
 	}()
 	testutil.Eventually(t, "the ADD to start", func() bool { return e.plugin.held() == 1 })
 	var id string
-	for cid := range e.docker.snapshotIDs() {
+	for cid := range e.docker.ContainerIDs() {
 		id = cid
 	}
 
@@ -49,7 +50,7 @@ func TestLifecycleOfOneSandboxIsSerialised(t *testing.T) {
 			t.Errorf("%s during the sandbox's setup: %v (code %v), want DeadlineExceeded while it waits", call.name, err, codeOf(err))
 		}
 	}
-	if !e.docker.snapshotIDs()[id] || e.plugin.callCount("TearDownPod "+id) != 0 {
+	if !e.docker.ContainerIDs()[id] || e.plugin.callCount("TearDownPod "+id) != 0 {
 		t.Fatal("the sandbox was touched while its RunPodSandbox held it")
 	}
 
@@ -72,8 +73,8 @@ func TestLifecycleOfOneSandboxIsSerialised(t *testing.T) {
 	if e.ds.getCheckpoint(id) != nil {
 		t.Error("in-memory checkpoint came back after Remove")
 	}
-	if len(e.docker.snapshotIDs()) != 0 || e.plugin.held() != 0 {
-		t.Errorf("left behind: containers %v, IPs held %d", e.docker.snapshotIDs(), e.plugin.held())
+	if len(e.docker.ContainerIDs()) != 0 || e.plugin.held() != 0 {
+		t.Errorf("left behind: containers %v, IPs held %d", e.docker.ContainerIDs(), e.plugin.held())
 	}
 }
 
@@ -87,9 +88,8 @@ func TestStopAndRemoveFindSandboxesTheIndexLacks(t *testing.T) {
 	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
 		t.Fatalf("StopPodSandbox: %v", err)
 	}
-	e.docker.mu.Lock()
-	running := e.docker.containers[id] != nil && e.docker.containers[id].State.Running
-	e.docker.mu.Unlock()
+	var running bool
+	e.docker.Do(func(s *fakedocker.State) { running = s.Containers[id] != nil && s.Containers[id].State.Running })
 	if running {
 		t.Error("StopPodSandbox skipped an infra container the index lacked")
 	}
@@ -97,7 +97,7 @@ func TestStopAndRemoveFindSandboxesTheIndexLacks(t *testing.T) {
 	if _, err := e.ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
 		t.Fatalf("RemovePodSandbox: %v", err)
 	}
-	if e.docker.snapshotIDs()[id] {
+	if e.docker.ContainerIDs()[id] {
 		t.Error("RemovePodSandbox left an infra container the index lacked")
 	}
 }

@@ -62,12 +62,12 @@ func TestListPodSandboxMetrics(t *testing.T) {
 		keys[d.Name] = d.LabelKeys
 	}
 	e.quiesce(t)
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	resp, err := e.ds.ListPodSandboxMetrics(context.Background(), &runtimeapi.ListPodSandboxMetricsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if calls := e.docker.callLog(); len(calls) != 0 {
+	if calls := e.docker.Calls(); len(calls) != 0 {
 		t.Errorf("ListPodSandboxMetrics called Docker: %v", calls)
 	}
 	if len(resp.PodMetrics) != 1 || resp.PodMetrics[0].PodSandboxId != e.sandboxID {

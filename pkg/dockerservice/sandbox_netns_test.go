@@ -15,16 +15,17 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
 // withWrapper gives the fake engine netshim's OCI wrapper (and runc).
 func withWrapper(e *testEnv) {
-	e.docker.mu.Lock()
-	e.docker.info.DefaultRuntime = "runc"
-	e.docker.info.Runtimes = map[string]system.RuntimeWithStatus{"runc": {}, OCIWrapperRuntime: {}}
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) {
+		s.Info.DefaultRuntime = "runc"
+		s.Info.Runtimes = map[string]system.RuntimeWithStatus{"runc": {}, OCIWrapperRuntime: {}}
+	})
 }
 
 // newPinnedEnv is a service in the mode, with a private --netns-dir,
@@ -40,11 +41,13 @@ func newPinnedEnvDefault(t *testing.T, mode string, wrapper bool, defaultRuntime
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "netns")
 	docker := newFakeDocker()
-	docker.info.Runtimes = map[string]system.RuntimeWithStatus{"runc": {}, defaultRuntime: {}}
-	if wrapper {
-		docker.info.Runtimes[OCIWrapperRuntime] = system.RuntimeWithStatus{}
-	}
-	docker.info.DefaultRuntime = defaultRuntime
+	docker.Do(func(s *fakedocker.State) {
+		s.Info.Runtimes = map[string]system.RuntimeWithStatus{"runc": {}, defaultRuntime: {}}
+		if wrapper {
+			s.Info.Runtimes[OCIWrapperRuntime] = system.RuntimeWithStatus{}
+		}
+		s.Info.DefaultRuntime = defaultRuntime
+	})
 	e := newTestEnvWith(t, docker, func(c *Config) { c.SandboxNetNS, c.NetNSDir = mode, dir })
 	// A failed test may leave mounts, which the temporary directory's
 	// removal (registered earlier, so run later) cannot delete, and the
@@ -130,10 +133,12 @@ func TestPinnedSandboxLifecycle(t *testing.T) {
 	requireRoot(t)
 	e, dir := newPinnedEnv(t, SandboxNetNSAuto, true)
 	var startedWithNetnsReady bool
-	e.docker.onStart = func(id string) {
-		cp, err := e.ckpt.Get(id)
-		startedWithNetnsReady = err == nil && cp.NetNS != "" && podns.Verify(cp.NetNS, podns.Net) == nil
-	}
+	e.docker.Do(func(s *fakedocker.State) {
+		s.OnStart = func(id string) {
+			cp, err := e.ckpt.Get(id)
+			startedWithNetnsReady = err == nil && cp.NetNS != "" && podns.Verify(cp.NetNS, podns.Net) == nil
+		}
+	})
 	id := e.run(t, podConfig("web"))
 	if !startedWithNetnsReady {
 		t.Error("the infra container started before its checkpoint named a pinned netns")
@@ -236,7 +241,9 @@ func TestPinnedRunFailuresUndoEverything(t *testing.T) {
 		name   string
 		break_ func(e *testEnv)
 	}{
-		{"start fails", func(e *testEnv) { e.docker.startErr = errors.New("OCI runtime create failed") }},
+		{"start fails", func(e *testEnv) {
+			e.docker.Do(func(s *fakedocker.State) { s.StartErr = errors.New("OCI runtime create failed") })
+		}},
 		{"ADD fails", func(e *testEnv) { e.plugin.setUpErr = errors.New("no IPs left") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,7 +256,7 @@ func TestPinnedRunFailuresUndoEverything(t *testing.T) {
 			if files := listDir(t, dir); len(files) != 0 {
 				t.Errorf("pinned netns files left: %v", files)
 			}
-			if ids := e.docker.snapshotIDs(); len(ids) != 0 {
+			if ids := e.docker.ContainerIDs(); len(ids) != 0 {
 				t.Errorf("containers left: %v", ids)
 			}
 			if ids, _ := e.ckpt.List(); len(ids) != 0 {
@@ -286,7 +293,7 @@ func TestPinnedModeWithoutWrapper(t *testing.T) {
 	if codeOf(err) != codes.FailedPrecondition {
 		t.Fatalf("pinned without the wrapper: %v, want FailedPrecondition", err)
 	}
-	if ids := e.docker.snapshotIDs(); len(ids) != 0 || len(listDir(t, dir)) != 0 {
+	if ids := e.docker.ContainerIDs(); len(ids) != 0 || len(listDir(t, dir)) != 0 {
 		t.Errorf("a refused RunPodSandbox made containers %v or netns files %v", ids, listDir(t, dir))
 	}
 	// Registered later (SIGHUP): the next RunPodSandbox sees it, once

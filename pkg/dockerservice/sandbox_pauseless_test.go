@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
@@ -196,11 +197,11 @@ func TestPauselessSandboxLifecycle(t *testing.T) {
 	if b, err := hex.DecodeString(id); err != nil || len(b) != 32 {
 		t.Errorf("sandbox ID %q: want 64 hex characters like Docker's", id)
 	}
-	if ids := e.docker.snapshotIDs(); len(ids) != 0 {
+	if ids := e.docker.ContainerIDs(); len(ids) != 0 {
 		t.Errorf("containers made: %v", ids)
 	}
 	for _, call := range []string{"ContainerCreate", "ContainerStart", "ImagePull", "ImageInspect " + testPauseImage} {
-		if n := e.docker.count(call); n != 0 {
+		if n := e.docker.Count(call); n != 0 {
 			t.Errorf("%d %s calls for a pause-less sandbox", n, call)
 		}
 	}
@@ -344,8 +345,8 @@ func TestPauselessSandboxLifecycle(t *testing.T) {
 			t.Errorf("checkpoint after Remove: %v", err)
 		}
 	}
-	if ids := e.docker.snapshotIDs(); len(ids) != 0 || e.docker.count("ContainerRemove") != 0 {
-		t.Errorf("a pause-less sandbox's lifecycle touched Docker containers: %v, %d removes", ids, e.docker.count("ContainerRemove"))
+	if ids := e.docker.ContainerIDs(); len(ids) != 0 || e.docker.Count("ContainerRemove") != 0 {
+		t.Errorf("a pause-less sandbox's lifecycle touched Docker containers: %v, %d removes", ids, e.docker.Count("ContainerRemove"))
 	}
 	// The same attempt can run again once the old one is gone.
 	if again := e.run(t, cfg); again == id {
@@ -357,7 +358,7 @@ func TestPauselessSandboxLifecycle(t *testing.T) {
 // the network down and releases every file.
 func TestPauselessRemoveWithoutStop(t *testing.T) {
 	e, dir := newPauselessEnv(t)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	cfg := pauselessPodConfig("web")
 	id := e.run(t, cfg)
 	resp, err := e.ds.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: id, Config: ctrConfig("app"), SandboxConfig: cfg})
@@ -373,8 +374,8 @@ func TestPauselessRemoveWithoutStop(t *testing.T) {
 	if n := e.plugin.callPrefixCount("TearDownPod " + id); n != 1 {
 		t.Errorf("%d DELs, want 1", n)
 	}
-	if e.docker.count("ContainerStop "+resp.ContainerId) != 1 || len(e.docker.snapshotIDs()) != 0 {
-		t.Errorf("the pod's container was not stopped and removed: %v", e.docker.snapshotIDs())
+	if e.docker.Count("ContainerStop "+resp.ContainerId) != 1 || len(e.docker.ContainerIDs()) != 0 {
+		t.Errorf("the pod's container was not stopped and removed: %v", e.docker.ContainerIDs())
 	}
 	if got := listDir(t, dir); len(got) != 0 {
 		t.Errorf("netns dir holds %v after Remove", got)
@@ -534,7 +535,7 @@ func TestPauselessStopWithFailingDEL(t *testing.T) {
 // removes the others.
 func TestPauselessSandboxesAfterRestart(t *testing.T) {
 	e, dir := newPauselessEnv(t)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	ready := e.run(t, pauselessPodConfig("ready"))
 	stopped := e.run(t, pauselessPodConfig("stopped"))
 	gone := e.run(t, pauselessPodConfig("gone"))
@@ -689,13 +690,13 @@ func TestPauselessKilledDuringAddIsNeverReady(t *testing.T) {
 func TestPauselessSandboxSurvivesDockerResync(t *testing.T) {
 	e, _ := newPauselessEnv(t)
 	id := e.run(t, pauselessPodConfig("web"))
-	lists := e.docker.count("ContainerList")
-	e.docker.setDown(true)
+	lists := e.docker.Count("ContainerList")
+	e.docker.SetDown(true)
 	testutil.Eventually(t, "the index to notice the engine is down", func() bool { r, _ := e.ds.index.Health(); return !r })
-	e.docker.setDown(false)
+	e.docker.SetDown(false)
 	testutil.Eventually(t, "the index resynced", func() bool {
 		r, _ := e.ds.index.Health()
-		return r && e.docker.count("ContainerList") > lists
+		return r && e.docker.Count("ContainerList") > lists
 	})
 	if got := plState(t, e.ds, id); got != runtimeapi.PodSandboxState_SANDBOX_READY {
 		t.Errorf("after a resync: %v, want READY", got)
@@ -789,7 +790,7 @@ func TestPauselessFilesGoneIsNotReady(t *testing.T) {
 // Stop and Remove remove the old files: nothing strands, nothing leaks.
 func TestPauselessSurvivesANewNetnsDir(t *testing.T) {
 	e, oldDir := newPauselessEnv(t)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	cfg := pauselessPodConfig("moved")
 	id := e.run(t, cfg)
 	newDir := filepath.Join(t.TempDir(), "netns2")

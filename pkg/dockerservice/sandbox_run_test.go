@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"
@@ -65,7 +66,7 @@ func TestKilledDuringAddIsNeverReady(t *testing.T) {
 	}()
 	testutil.Eventually(t, "the ADD to start", func() bool { return e.plugin.held() == 1 })
 	var id string
-	for cid := range e.docker.snapshotIDs() {
+	for cid := range e.docker.ContainerIDs() {
 		id = cid
 	}
 	cp, err := e.ckpt.Get(id)
@@ -122,9 +123,7 @@ func TestKilledDuringAddIsNeverReady(t *testing.T) {
 func TestFailedUndoIsNeverReady(t *testing.T) {
 	e := newTestEnv(t)
 	e.plugin.setUpErr = errors.New("plugin failed")
-	e.docker.mu.Lock()
-	e.docker.removeErr = errors.New("device or resource busy")
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.RemoveErr = errors.New("device or resource busy") })
 	_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("stuck")})
 	if err == nil {
 		t.Fatal("RunPodSandbox succeeded with a failing plugin")
@@ -150,13 +149,11 @@ func TestFailedUndoIsNeverReady(t *testing.T) {
 	if st := e.ds.sandboxState(id, true); st != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
 		t.Errorf("running sandbox without a checkpoint is %v, want NOTREADY", st)
 	}
-	e.docker.mu.Lock()
-	e.docker.removeErr = nil
-	e.docker.mu.Unlock()
+	e.docker.Do(func(s *fakedocker.State) { s.RemoveErr = nil })
 	if _, err := e.ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
 		t.Fatal(err)
 	}
-	if len(e.docker.snapshotIDs()) != 0 {
+	if len(e.docker.ContainerIDs()) != 0 {
 		t.Error("container left after Remove")
 	}
 }

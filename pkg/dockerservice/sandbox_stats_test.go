@@ -152,7 +152,7 @@ func TestPodSandboxStatsFromPodCgroup(t *testing.T) {
 			h.netdev(e.pid(t, e.sandboxID), map[string][4]uint64{"lo": {999, 0, 999, 0}, "eth0": {5000, 1, 7000, 2}, "net1": {300, 0, 400, 0}})
 
 			e.quiesce(t)
-			e.docker.resetCalls()
+			e.docker.ResetCalls()
 			resp, err := e.ds.PodSandboxStats(context.Background(), &runtimeapi.PodSandboxStatsRequest{PodSandboxId: e.sandboxID[:10]})
 			if err != nil {
 				t.Fatal(err)
@@ -201,7 +201,7 @@ func TestPodSandboxStatsFromPodCgroup(t *testing.T) {
 				ctrs[running].Attributes.Metadata.GetName() != "running" || ctrs[created] == nil || ctrs[created].Cpu.UsageCoreNanoSeconds != nil {
 				t.Errorf("containers = %v", l.Containers)
 			}
-			if calls := e.docker.callLog(); len(calls) != 0 {
+			if calls := e.docker.Calls(); len(calls) != 0 {
 				t.Errorf("PodSandboxStats called Docker: %v", calls)
 			}
 
@@ -216,7 +216,7 @@ func TestPodSandboxStatsFromPodCgroup(t *testing.T) {
 			if got := list.Stats[0].Linux.Cpu.GetUsageNanoCores().GetValue(); got != 1_500_000_000 {
 				t.Errorf("pod rate = %d nanocores, want 1500000000", got)
 			}
-			if calls := e.docker.callLog(); len(calls) != 0 {
+			if calls := e.docker.Calls(); len(calls) != 0 {
 				t.Errorf("ListPodSandboxStats called Docker: %v", calls)
 			}
 		})
@@ -384,7 +384,7 @@ func TestPodSandboxStatsOfStoppedSandbox(t *testing.T) {
 func TestPodSandboxStatsOfCheckpointOnlySandbox(t *testing.T) {
 	e := newTestEnv(t)
 	id := e.run(t, podConfig("web"))
-	e.docker.removeBehindBack(id)
+	e.docker.RemoveBehindBack(id)
 	testutil.Eventually(t, "the removal to reach the index", func() bool { _, ok := e.ds.store.Get(id); return !ok })
 	resp, err := e.ds.PodSandboxStats(context.Background(), &runtimeapi.PodSandboxStatsRequest{PodSandboxId: id})
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/fakedocker"
 )
 
 func TestStopGrace(t *testing.T) {
@@ -64,9 +66,8 @@ func TestStopPodSandboxFitsTheCallersDeadline(t *testing.T) {
 			if _, err := e.ds.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: e.sandboxID}); err != nil {
 				t.Fatal(err)
 			}
-			e.docker.mu.Lock()
-			got, gotInfra := e.docker.stopTimeouts[id], e.docker.stopTimeouts[e.sandboxID]
-			e.docker.mu.Unlock()
+			var got, gotInfra int
+			e.docker.Do(func(s *fakedocker.State) { got, gotInfra = s.StopTimeouts[id], s.StopTimeouts[e.sandboxID] })
 			if got != c.want || gotInfra != c.want {
 				t.Errorf("stop grace of the container %d s, of the infra container %d s; want %d s", got, gotInfra, c.want)
 			}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
@@ -47,7 +48,7 @@ func watchSysctls(e *testEnv) *sysctlWriter {
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		w.calls = append(w.calls, sysctlWrite{paths: maps.Clone(paths), sysctls: maps.Clone(sysctls), pinned: pinned, creates: e.docker.count("ContainerCreate")})
+		w.calls = append(w.calls, sysctlWrite{paths: maps.Clone(paths), sysctls: maps.Clone(sysctls), pinned: pinned, creates: e.docker.Count("ContainerCreate")})
 		return w.err
 	}
 	return w
@@ -107,7 +108,7 @@ func TestPodSysctlsBeforeTheADD(t *testing.T) {
 				e, _ = newPinnedEnv(t, mode, true)
 			}
 			w := watchSysctls(e)
-			e.docker.onStart = func(string) { e.plugin.record("ContainerStart") }
+			e.docker.Do(func(s *fakedocker.State) { s.OnStart = func(string) { e.plugin.record("ContainerStart") } })
 			id := e.run(t, sysctlPodConfig("web"))
 			cp, err := e.ckpt.Get(id)
 			if err != nil {
@@ -146,7 +147,7 @@ func TestPodSysctlsBeforeTheADD(t *testing.T) {
 				if !maps.Equal(pl.Sysctls, podSysctls()) {
 					t.Errorf("checkpoint sysctls %v, want the pod's", pl.Sysctls)
 				}
-				e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+				e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 				pe := &podEnv{testEnv: e, sandboxID: id, sandbox: sysctlPodConfig("web")}
 				if _, hc := pe.createInspect(t, ctrConfig("app")); len(hc.Sysctls) != 0 {
 					t.Errorf("container sysctls %v: runc would write them again, after the ADD, at each start", hc.Sysctls)
@@ -213,7 +214,7 @@ func TestPodSysctlRefusedUndoesSandbox(t *testing.T) {
 				if files := listDir(t, dir); len(files) != 0 {
 					t.Errorf("files left in the netns dir: %v", files)
 				}
-				if ids := e.docker.snapshotIDs(); len(ids) != 0 {
+				if ids := e.docker.ContainerIDs(); len(ids) != 0 {
 					t.Errorf("containers left: %v", ids)
 				}
 				if ids, _ := e.ckpt.List(); len(ids) != 0 {

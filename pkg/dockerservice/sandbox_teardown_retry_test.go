@@ -49,9 +49,9 @@ func TestStartupRetriesTearDownOfDeadSandboxes(t *testing.T) {
 	hostNet := podConfig("hostnet")
 	hostNet.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}
 	host := e.run(t, hostNet)
-	e.docker.killBehindBack(dead)
-	e.docker.removeBehindBack(removed)
-	e.docker.killBehindBack(host)
+	e.docker.KillBehindBack(dead)
+	e.docker.RemoveBehindBack(removed)
+	e.docker.KillBehindBack(host)
 
 	// The daemon restarts; the plugin fails at first.
 	plugin := &fakePlugin{downErr: errors.New("plugin unreachable")}

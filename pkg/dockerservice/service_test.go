@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"
@@ -148,7 +149,7 @@ func startService(t testing.TB, ds *DockerService) {
 
 type testEnv struct {
 	ds     *DockerService
-	docker *fakeDocker
+	docker *fakedocker.Engine
 	plugin *fakePlugin
 	ckpt   *checkpoint.Manager
 	root   string
@@ -160,9 +161,9 @@ func newTestEnv(t testing.TB, mutate ...func(*Config)) *testEnv {
 }
 
 // newTestEnvWith is newTestEnv on an engine the test prepared.
-func newTestEnvWith(t testing.TB, docker *fakeDocker, mutate ...func(*Config)) *testEnv {
+func newTestEnvWith(t testing.TB, docker *fakedocker.Engine, mutate ...func(*Config)) *testEnv {
 	t.Helper()
-	docker.images[testPauseImage] = map[string]string{"image.label": "from-image"}
+	docker.Do(func(s *fakedocker.State) { s.Images[testPauseImage] = map[string]string{"image.label": "from-image"} })
 	root := t.TempDir()
 	ckpt, err := checkpoint.NewManager(filepath.Join(root, "sandbox"))
 	if err != nil {
@@ -220,10 +221,12 @@ func codeOf(err error) codes.Code {
 func TestRunPodSandboxCreatesConfiguredSandbox(t *testing.T) {
 	e := newTestEnv(t, func(c *Config) { floor := 0; c.OOMScoreAdjFloor = &floor })
 	var checkpointedBeforeStart bool
-	e.docker.onStart = func(id string) {
-		_, err := e.ckpt.Get(id)
-		checkpointedBeforeStart = err == nil
-	}
+	e.docker.Do(func(s *fakedocker.State) {
+		s.OnStart = func(id string) {
+			_, err := e.ckpt.Get(id)
+			checkpointedBeforeStart = err == nil
+		}
+	})
 	id := e.run(t, podConfig("web"))
 
 	if !checkpointedBeforeStart {
@@ -287,13 +290,13 @@ func TestRunPodSandboxCreatesConfiguredSandbox(t *testing.T) {
 
 func TestRunPodSandboxPullsMissingImageOnce(t *testing.T) {
 	e := newTestEnv(t)
-	delete(e.docker.images, testPauseImage)
+	e.docker.Do(func(s *fakedocker.State) { delete(s.Images, testPauseImage) })
 	e.run(t, podConfig("a"))
 	e.run(t, podConfig("b"))
-	if n := e.docker.count("ImagePull"); n != 1 {
+	if n := e.docker.Count("ImagePull"); n != 1 {
 		t.Errorf("pulled %d times, want 1", n)
 	}
-	if n := e.docker.count("ImageInspect"); n != 1 {
+	if n := e.docker.Count("ImageInspect"); n != 1 {
 		t.Errorf("inspected the image %d times, want 1 (presence is cached)", n)
 	}
 }
@@ -320,7 +323,7 @@ func TestRunPodSandboxValidation(t *testing.T) {
 			if codeOf(err) != codes.InvalidArgument {
 				t.Fatalf("got %v (code %v), want InvalidArgument", err, codeOf(err))
 			}
-			if n := e.docker.count("ContainerCreate"); n != 0 {
+			if n := e.docker.Count("ContainerCreate"); n != 0 {
 				t.Errorf("created %d containers for an invalid config", n)
 			}
 		})
@@ -334,8 +337,8 @@ func TestRunPodSandboxNetworkFailureUndoesEverything(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `failed to find plugin "nonexistent"`) {
 		t.Fatalf("error %v does not carry the plugin's text", err)
 	}
-	if len(e.docker.containers) != 0 {
-		t.Errorf("%d containers left behind", len(e.docker.containers))
+	if len(e.docker.ContainerIDs()) != 0 {
+		t.Errorf("%d containers left behind", len(e.docker.ContainerIDs()))
 	}
 	if ids, _ := e.ckpt.List(); len(ids) != 0 {
 		t.Errorf("checkpoints left behind: %v", ids)
@@ -350,12 +353,12 @@ func TestRunPodSandboxNetworkFailureUndoesEverything(t *testing.T) {
 
 func TestRunPodSandboxStartFailureUndoes(t *testing.T) {
 	e := newTestEnv(t)
-	e.docker.startErr = errors.New("runc: can't get final child's PID from pipe: EOF")
+	e.docker.Do(func(s *fakedocker.State) { s.StartErr = errors.New("runc: can't get final child's PID from pipe: EOF") })
 	_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("x")})
 	if err == nil {
 		t.Fatal("want error")
 	}
-	if len(e.docker.containers) != 0 {
+	if len(e.docker.ContainerIDs()) != 0 {
 		t.Errorf("container left behind")
 	}
 	if ids, _ := e.ckpt.List(); len(ids) != 0 {
@@ -393,8 +396,8 @@ func TestRunPodSandboxSameNameAndAttempt(t *testing.T) {
 	if again := e.run(t, podConfig("dup")); again != id {
 		t.Errorf("re-run of a ready sandbox created %s, want %s back", again, id)
 	}
-	if len(e.docker.containers) != 1 {
-		t.Errorf("%d containers, want 1", len(e.docker.containers))
+	if len(e.docker.ContainerIDs()) != 1 {
+		t.Errorf("%d containers, want 1", len(e.docker.ContainerIDs()))
 	}
 	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
 		t.Fatal(err)
@@ -408,7 +411,7 @@ func TestRunPodSandboxSameNameAndAttempt(t *testing.T) {
 func TestStopPodSandboxTearsDownBeforeStoppingInfra(t *testing.T) {
 	e := newTestEnv(t)
 	id := e.run(t, podConfig("s"))
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +442,7 @@ func TestStopPodSandboxTearsDownBeforeStoppingInfra(t *testing.T) {
 func TestStopPodSandboxAfterContainerRemovedAndRestart(t *testing.T) {
 	e := newTestEnv(t)
 	id := e.run(t, podConfig("gone"))
-	e.docker.removeBehindBack(id)
+	e.docker.RemoveBehindBack(id)
 
 	// A new service over the same checkpoints: the daemon restarted.
 	plugin := &fakePlugin{}
@@ -514,8 +517,8 @@ func TestRemovePodSandboxNeverStopped(t *testing.T) {
 			t.Fatalf("remove #%d: %v", i+1, err)
 		}
 	}
-	if e.plugin.held() != 0 || len(e.docker.containers) != 0 {
-		t.Errorf("after remove: %d IPs, %d containers", e.plugin.held(), len(e.docker.containers))
+	if e.plugin.held() != 0 || len(e.docker.ContainerIDs()) != 0 {
+		t.Errorf("after remove: %d IPs, %d containers", e.plugin.held(), len(e.docker.ContainerIDs()))
 	}
 	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
 		t.Errorf("stop after remove: %v", err)
@@ -536,13 +539,13 @@ func TestListPodSandboxFiltersWithoutDockerCalls(t *testing.T) {
 	}
 	list := func(f *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSandbox {
 		t.Helper()
-		e.docker.resetCalls()
+		e.docker.ResetCalls()
 		resp, err := e.ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{Filter: f})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := len(e.docker.calls); n != 0 {
-			t.Errorf("ListPodSandbox made %d Docker calls, want none: %v", n, e.docker.calls)
+		if n := len(e.docker.Calls()); n != 0 {
+			t.Errorf("ListPodSandbox made %d Docker calls, want none: %v", n, e.docker.Calls())
 		}
 		return resp.Items
 	}
@@ -568,7 +571,7 @@ func TestListPodSandboxFiltersWithoutDockerCalls(t *testing.T) {
 
 func TestStatusReportsRuntimeAndNetwork(t *testing.T) {
 	e := newTestEnv(t)
-	e.docker.setDown(true)
+	e.docker.SetDown(true)
 	testutil.Eventually(t, "RuntimeReady=false", func() bool { r, _ := e.ds.index.Health(); return !r })
 	e.plugin.status = errors.New("cni config uninitialized")
 	resp, err := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
@@ -663,9 +666,9 @@ func TestIndexFollowsChangesBehindNetshimsBack(t *testing.T) {
 		}
 		return resp.Status.State
 	}
-	e.docker.killBehindBack(killed)
+	e.docker.KillBehindBack(killed)
 	testutil.Eventually(t, "killed sandbox NOTREADY", func() bool { return state(killed) == runtimeapi.PodSandboxState_SANDBOX_NOTREADY })
-	e.docker.removeBehindBack(removed)
+	e.docker.RemoveBehindBack(removed)
 	testutil.Eventually(t, "removed sandbox NOTREADY from its checkpoint", func() bool {
 		_, ok := e.ds.store.Get(removed)
 		return !ok && state(removed) == runtimeapi.PodSandboxState_SANDBOX_NOTREADY
@@ -675,7 +678,7 @@ func TestIndexFollowsChangesBehindNetshimsBack(t *testing.T) {
 	if _, err := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	for i := 0; i < 10; i++ {
 		if _, err := e.ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: killed}); err != nil {
 			t.Fatal(err)
@@ -684,25 +687,25 @@ func TestIndexFollowsChangesBehindNetshimsBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(e.docker.calls); n != 0 {
-		t.Errorf("status reads made %d Docker calls: %v", n, e.docker.calls)
+	if n := len(e.docker.Calls()); n != 0 {
+		t.Errorf("status reads made %d Docker calls: %v", n, e.docker.Calls())
 	}
 }
 
 func TestIndexResyncsAfterDockerRestart(t *testing.T) {
 	e := newTestEnv(t)
 	id := e.run(t, podConfig("survivor"))
-	e.docker.setDown(true)
+	e.docker.SetDown(true)
 	testutil.Eventually(t, "RuntimeReady=false while Docker is down", func() bool {
 		resp, _ := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
 		return !resp.Status.Conditions[0].Status
 	})
 	// While the stream is down, the container dies unseen.
-	e.docker.mu.Lock()
-	c := e.docker.containers[id]
-	c.State.Status, c.State.Running, c.State.Pid = "exited", false, 0
-	e.docker.mu.Unlock()
-	e.docker.setDown(false)
+	e.docker.Do(func(s *fakedocker.State) {
+		c := s.Containers[id]
+		c.State.Status, c.State.Running, c.State.Pid = "exited", false, 0
+	})
+	e.docker.SetDown(false)
 	testutil.Eventually(t, "RuntimeReady=true and the index resynced", func() bool {
 		resp, _ := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
 		r, _ := e.ds.store.Get(id)
@@ -715,7 +718,7 @@ func TestIndexResyncsAfterDockerRestart(t *testing.T) {
 func newUnsyncedService(t *testing.T) *DockerService {
 	t.Helper()
 	docker := newFakeDocker()
-	docker.down = true
+	docker.Do(func(s *fakedocker.State) { s.Down = true })
 	ckpt, err := checkpoint.NewManager(filepath.Join(t.TempDir(), "sandbox"))
 	if err != nil {
 		t.Fatal(err)
@@ -747,14 +750,14 @@ func TestInterceptorRecoversPanics(t *testing.T) {
 
 func TestOwnCreateAndStartCostNoEventInspects(t *testing.T) {
 	e := newTestEnv(t)
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	id := e.run(t, podConfig("quiet"))
 	// Events are applied in order: once the kill is seen, the create and
 	// start events before it have been handled too.
-	e.docker.killBehindBack(id)
+	e.docker.KillBehindBack(id)
 	testutil.Eventually(t, "die event applied", func() bool { r, _ := e.ds.store.Get(id); return !r.Running() })
-	if n := e.docker.count("ContainerInspect"); n != 1 {
-		t.Errorf("RunPodSandbox cost %d inspects, want 1 (the post-start one): %v", n, e.docker.calls)
+	if n := e.docker.Count("ContainerInspect"); n != 1 {
+		t.Errorf("RunPodSandbox cost %d inspects, want 1 (the post-start one): %v", n, e.docker.Calls())
 	}
 }
 
@@ -817,7 +820,7 @@ func TestListPodSandboxCacheFollowsState(t *testing.T) {
 			t.Errorf("%s: state %v, want %v", it.Id, it.State, want)
 		}
 	}
-	e.docker.removeBehindBack(b)
+	e.docker.RemoveBehindBack(b)
 	testutil.Eventually(t, "removed pod listed NOTREADY from its checkpoint", func() bool {
 		for _, it := range list().Items {
 			if it.Id == b {
@@ -854,15 +857,13 @@ func TestStopKilledAfterDelIsNotReadyAtRestart(t *testing.T) {
 				e.plugin.downErr = errors.New("killed mid-DEL")
 			}
 			e.plugin.mu.Unlock()
-			e.docker.mu.Lock()
-			e.docker.stopErr = errors.New("killed before the infra container stopped")
-			e.docker.mu.Unlock()
+			e.docker.Do(func(s *fakedocker.State) {
+				s.StopErr = errors.New("killed before the infra container stopped")
+			})
 			if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err == nil {
 				t.Fatal("StopPodSandbox succeeded; the test wants it cut short")
 			}
-			e.docker.mu.Lock()
-			e.docker.stopErr = nil
-			e.docker.mu.Unlock()
+			e.docker.Do(func(s *fakedocker.State) { s.StopErr = nil })
 
 			ds, plugin := e.restart(t)
 			st, err := ds.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})

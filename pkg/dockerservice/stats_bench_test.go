@@ -10,6 +10,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/internal/fakedocker"
 )
 
 // statsBenchPods is the pod count kubelet's stats polling is benchmarked
@@ -22,7 +24,7 @@ const statsBenchPods = 50
 // pod UID, the cgroupfs driver on cgroup v1, systemd on v2).
 func newStatsBenchEnv(b *testing.B, v2 bool) *testEnv {
 	e := newTestEnv(b)
-	e.docker.addImage(fakeImage{ID: testImageID}, testImage, testImageDigest)
+	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 	h := newFakeHost(b, e.ds, v2)
 	ctx := context.Background()
 	for i := 0; i < statsBenchPods; i++ {
@@ -57,7 +59,7 @@ func newStatsBenchEnv(b *testing.B, v2 bool) *testEnv {
 // kubelet polls these).
 func benchLatency(b *testing.B, e *testEnv, call func() error) {
 	e.quiesce(b)
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -73,7 +75,7 @@ func benchLatency(b *testing.B, e *testEnv, call func() error) {
 	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
-	b.ReportMetric(float64(len(e.docker.callLog()))/float64(b.N), "docker-requests/op")
+	b.ReportMetric(float64(len(e.docker.Calls()))/float64(b.N), "docker-requests/op")
 }
 
 func BenchmarkStats50Pods(b *testing.B) {

@@ -179,7 +179,7 @@ func TestPortForwardValidationAndDelegation(t *testing.T) {
 
 func TestPodNetNSFromTheIndex(t *testing.T) {
 	e := newStreamingEnv(t)
-	e.docker.resetCalls()
+	e.docker.ResetCalls()
 	rec, _ := e.ds.store.Get(e.sandbox)
 	path, err := e.ds.PodNetNS(context.Background(), e.sandbox)
 	if err != nil || path != fmt.Sprintf("/proc/%d/ns/net", rec.Pid) {
@@ -191,9 +191,7 @@ func TestPodNetNSFromTheIndex(t *testing.T) {
 	if _, err := e.ds.PodNetNS(context.Background(), e.running); codeOf(err) != codes.NotFound {
 		t.Errorf("PodNetNS of a container: %v, want NotFound", err)
 	}
-	e.docker.mu.Lock()
-	calls := e.docker.calls
-	e.docker.mu.Unlock()
+	calls := e.docker.Calls()
 	if len(calls) != 0 {
 		t.Errorf("PodNetNS called Docker: %v", calls)
 	}
