@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 )
 
@@ -24,7 +25,7 @@ func beatsAgain(t *testing.T, x *Index, since time.Time, what string) time.Time 
 // and beats while it does.
 func TestHeartbeatWhileDockerIsDown(t *testing.T) {
 	f := newFakeEngine()
-	f.listErr = errors.New("Cannot connect to the Docker daemon")
+	f.Do(func(s *fakedocker.State) { s.ListErr = errors.New("Cannot connect to the Docker daemon") })
 	x := New(f, decode, Options{ReconnectMinDelay: time.Millisecond, ReconnectMaxDelay: 2 * time.Millisecond, StuckAfter: time.Hour})
 	if h := x.Heartbeat(); !h.IsZero() {
 		t.Fatalf("Heartbeat = %v before Run, want zero", h)
@@ -56,7 +57,7 @@ func TestHeartbeatWhileDockerIsDown(t *testing.T) {
 // While the events stream is up, the session's ticker beats.
 func TestHeartbeatWhileConnected(t *testing.T) {
 	f := newFakeEngine()
-	f.add("sb", "sandbox", "running")
+	add(f, "sb", "sandbox", "running")
 	x := startIndex(t, f, Options{StuckAfter: 20 * time.Millisecond})
 	h := beatsAgain(t, x, time.Time{}, "a first beat")
 	h = beatsAgain(t, x, h, "a beat from the session's ticker")

@@ -11,13 +11,14 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // startIndex runs an index over f until the test ends and waits for its
 // first sync.
-func startIndex(t *testing.T, f *fakeEngine, opts Options) *Index {
+func startIndex(t *testing.T, f *fakedocker.Engine, opts Options) *Index {
 	t.Helper()
 	x := New(f, decode, opts)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -44,9 +45,9 @@ func (x *Index) idle() bool { return x.Inspecting() == 0 }
 
 func TestResyncIndexesWhatExists(t *testing.T) {
 	f := newFakeEngine()
-	f.add("sb", "sandbox", "running")
-	f.add("c", "container", "exited")
-	f.add("foreign", "", "running")
+	add(f, "sb", "sandbox", "running")
+	add(f, "c", "container", "exited")
+	add(f, "foreign", "", "running")
 	x := startIndex(t, f, Options{})
 	if !x.Synced() || x.Len() != 2 {
 		t.Fatalf("synced %v, %d records, want 2", x.Synced(), x.Len())
@@ -63,13 +64,13 @@ func TestResyncIndexesWhatExists(t *testing.T) {
 func TestHungInspectDoesNotStopOtherEvents(t *testing.T) {
 	f := newFakeEngine()
 	x := startIndex(t, f, Options{Workers: 2, InspectTimeout: time.Minute, StuckAfter: time.Minute})
-	gate := f.gate("hung")
-	f.add("hung", "container", "running")
-	f.emit(events.ActionStart, "hung", nil)
-	testutil.Eventually(t, "the hung inspect to start", func() bool { return f.inspectCount("hung") == 1 })
+	gate := f.GateInspect("hung")
+	add(f, "hung", "container", "running")
+	f.Emit(events.ActionStart, "hung", nil)
+	testutil.Eventually(t, "the hung inspect to start", func() bool { return f.InspectCount("hung") == 1 })
 	for _, id := range []string{"a", "b", "c"} {
-		f.add(id, "container", "running")
-		f.emit(events.ActionStart, id, nil)
+		add(f, id, "container", "running")
+		f.Emit(events.ActionStart, id, nil)
 	}
 	testutil.Eventually(t, "later containers indexed", func() bool { return x.has("a") && x.has("b") && x.has("c") })
 	if x.has("hung") {
@@ -83,21 +84,21 @@ func TestHungInspectDoesNotStopOtherEvents(t *testing.T) {
 func TestInspectDeadlineFreesTheWorker(t *testing.T) {
 	f := newFakeEngine()
 	x := startIndex(t, f, Options{Workers: 1, InspectTimeout: 20 * time.Millisecond, MinResyncGap: time.Hour})
-	f.gate("stuck") // never opened
-	f.add("stuck", "container", "running")
-	f.emit(events.ActionStart, "stuck", nil)
-	f.add("next", "container", "running")
-	f.emit(events.ActionStart, "next", nil)
+	f.GateInspect("stuck") // never opened
+	add(f, "stuck", "container", "running")
+	f.Emit(events.ActionStart, "stuck", nil)
+	add(f, "next", "container", "running")
+	f.Emit(events.ActionStart, "next", nil)
 	testutil.Eventually(t, "the next container indexed by the only worker", func() bool { return x.has("next") })
 }
 
 func TestHealthReportsUndrainedEventsAndRecovers(t *testing.T) {
 	f := newFakeEngine()
 	x := startIndex(t, f, Options{Workers: 1, InspectTimeout: time.Minute, StuckAfter: 30 * time.Millisecond})
-	gate := f.gate("x1")
+	gate := f.GateInspect("x1")
 	for _, id := range []string{"x1", "x2", "x3"} {
-		f.add(id, "container", "running")
-		f.emit(events.ActionStart, id, nil)
+		add(f, id, "container", "running")
+		f.Emit(events.ActionStart, id, nil)
 	}
 	var reason string
 	testutil.Eventually(t, "Health not ready", func() bool {
@@ -117,14 +118,14 @@ func TestHealthReportsUndrainedEventsAndRecovers(t *testing.T) {
 
 func TestDroppedEventsAreHealedByThePeriodicResync(t *testing.T) {
 	f := newFakeEngine()
-	f.add("c", "container", "running")
+	add(f, "c", "container", "running")
 	x := startIndex(t, f, Options{ResyncPeriod: 10 * time.Millisecond})
 	// No events: as if dockerd dropped them.
-	f.add("new", "sandbox", "running")
-	f.setState("c", "exited")
-	f.add("gone", "container", "running")
+	add(f, "new", "sandbox", "running")
+	f.SetStatus("c", "exited")
+	add(f, "gone", "container", "running")
 	testutil.Eventually(t, "new container indexed", func() bool { return x.has("new") && x.has("gone") })
-	f.remove("gone")
+	f.DropContainer("gone")
 	testutil.Eventually(t, "exit and removal seen", func() bool {
 		r, _ := x.Get("c")
 		return r.State == store.StateExited && r.Pid == 0 && !x.has("gone")
@@ -135,13 +136,11 @@ func TestDroppedEventsAreHealedByThePeriodicResync(t *testing.T) {
 func TestFailedInspectTriggersResync(t *testing.T) {
 	f := newFakeEngine()
 	x := startIndex(t, f, Options{ResyncPeriod: time.Hour, MinResyncGap: time.Millisecond})
-	f.mu.Lock()
-	f.failInspect["c"] = 1
-	f.mu.Unlock()
-	f.add("c", "container", "running")
-	f.emit(events.ActionStart, "c", nil)
+	f.Do(func(s *fakedocker.State) { s.FailInspect["c"] = 1 })
+	add(f, "c", "container", "running")
+	f.Emit(events.ActionStart, "c", nil)
 	testutil.Eventually(t, "container indexed by the triggered resync", func() bool { return x.has("c") })
-	if n := f.inspectCount("c"); n != 2 {
+	if n := f.InspectCount("c"); n != 2 {
 		t.Errorf("%d inspects of c, want 2 (the failed one and the resync's)", n)
 	}
 }
@@ -149,22 +148,18 @@ func TestFailedInspectTriggersResync(t *testing.T) {
 func TestResyncFailureMakesHealthNotReady(t *testing.T) {
 	f := newFakeEngine()
 	x := startIndex(t, f, Options{ResyncPeriod: 5 * time.Millisecond, ReconnectMaxDelay: 5 * time.Millisecond})
-	f.mu.Lock()
-	f.listErr = errors.New("list refused")
-	f.mu.Unlock()
+	f.Do(func(s *fakedocker.State) { s.ListErr = errors.New("list refused") })
 	testutil.Eventually(t, "Health not ready", func() bool {
 		ready, reason := x.Health()
 		return !ready && strings.Contains(reason, "list refused")
 	})
-	f.mu.Lock()
-	f.listErr = nil
-	f.mu.Unlock()
+	f.Do(func(s *fakedocker.State) { s.ListErr = nil })
 	testutil.Eventually(t, "Health ready", func() bool { ready, _ := x.Health(); return ready })
 }
 
 func TestFirstSyncFailureIsReported(t *testing.T) {
 	f := newFakeEngine()
-	f.listErr = errors.New("Cannot connect to the Docker daemon")
+	f.Do(func(s *fakedocker.State) { s.ListErr = errors.New("Cannot connect to the Docker daemon") })
 	x := New(f, decode, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -178,18 +173,18 @@ func TestFirstSyncFailureIsReported(t *testing.T) {
 // Events for an ID being inspected coalesce into one follow-up inspect.
 func TestEventsForOneIDCoalesce(t *testing.T) {
 	f := newFakeEngine()
-	f.add("marker", "sandbox", "running")
+	add(f, "marker", "sandbox", "running")
 	x := startIndex(t, f, Options{Workers: 1, InspectTimeout: time.Minute})
-	gate := f.gate("c")
-	f.add("c", "container", "created")
-	f.emit(events.ActionCreate, "c", map[string]string{"name": "c"})
-	testutil.Eventually(t, "the first inspect in flight", func() bool { return f.inspectCount("c") == 1 })
+	gate := f.GateInspect("c")
+	add(f, "c", "container", "created")
+	f.Emit(events.ActionCreate, "c", map[string]string{"name": "c"})
+	testutil.Eventually(t, "the first inspect in flight", func() bool { return f.InspectCount("c") == 1 })
 	for range 5 {
-		f.emit(events.ActionRename, "c", nil)
+		f.Emit(events.ActionRename, "c", nil)
 	}
 	// Events are applied in order: once the marker's death is seen, so
 	// are the renames.
-	f.emit(events.ActionDie, "marker", map[string]string{"exitCode": "1"})
+	f.Emit(events.ActionDie, "marker", map[string]string{"exitCode": "1"})
 	testutil.Eventually(t, "the events applied", func() bool { r, _ := x.Get("marker"); return !r.Running() })
 	x.sched.mu.Lock()
 	again := x.sched.pending["c"].again
@@ -199,7 +194,7 @@ func TestEventsForOneIDCoalesce(t *testing.T) {
 	}
 	close(gate)
 	testutil.Eventually(t, "the queue drained", x.idle)
-	if n := f.inspectCount("c"); n != 2 {
+	if n := f.InspectCount("c"); n != 2 {
 		t.Errorf("%d inspects, want 2 (one, and one follow-up for the events that came meanwhile)", n)
 	}
 }
@@ -208,12 +203,12 @@ func TestDestroyWinsOverASlowInspect(t *testing.T) {
 	f := newFakeEngine()
 	x := startIndex(t, f, Options{InspectTimeout: time.Minute})
 	// The events loop's inspect.
-	gate := f.gate("d")
-	f.add("d", "container", "running")
-	f.emit(events.ActionStart, "d", nil)
-	testutil.Eventually(t, "the inspect in flight", func() bool { return f.inspectCount("d") == 1 })
-	f.remove("d")
-	f.emit(events.ActionDestroy, "d", nil)
+	gate := f.GateInspect("d")
+	add(f, "d", "container", "running")
+	f.Emit(events.ActionStart, "d", nil)
+	testutil.Eventually(t, "the inspect in flight", func() bool { return f.InspectCount("d") == 1 })
+	f.DropContainer("d")
+	f.Emit(events.ActionDestroy, "d", nil)
 	testutil.Eventually(t, "the destroy applied", func() bool {
 		x.sched.mu.Lock()
 		defer x.sched.mu.Unlock()
@@ -226,19 +221,19 @@ func TestDestroyWinsOverASlowInspect(t *testing.T) {
 	}
 
 	// An RPC's refresh.
-	f.add("r", "container", "running")
-	f.emit(events.ActionStart, "r", nil)
+	add(f, "r", "container", "running")
+	f.Emit(events.ActionStart, "r", nil)
 	testutil.Eventually(t, "r indexed", func() bool { return x.has("r") })
 	testutil.Eventually(t, "the queue drained", x.idle)
-	gate = f.gate("r")
+	gate = f.GateInspect("r")
 	errc := make(chan error, 1)
 	go func() {
 		_, err := x.Refresh(context.Background(), "r")
 		errc <- err
 	}()
-	testutil.Eventually(t, "the refresh in flight", func() bool { return f.inspectCount("r") == 2 })
-	f.remove("r")
-	f.emit(events.ActionDestroy, "r", nil)
+	testutil.Eventually(t, "the refresh in flight", func() bool { return f.InspectCount("r") == 2 })
+	f.DropContainer("r")
+	f.Emit(events.ActionDestroy, "r", nil)
 	testutil.Eventually(t, "the destroy applied", func() bool { return !x.has("r") })
 	close(gate)
 	if err := <-errc; !errdefs.IsNotFound(err) {
@@ -251,7 +246,7 @@ func TestDestroyWinsOverASlowInspect(t *testing.T) {
 
 func TestOwnCreateAndStartAreRecordedWithoutEventInspects(t *testing.T) {
 	f := newFakeEngine()
-	f.add("marker", "sandbox", "running")
+	add(f, "marker", "sandbox", "running")
 	x := startIndex(t, f, Options{})
 	decorated := false
 	created, err := x.Create(context.Background(), &container.Config{Labels: map[string]string{testLabel: "container"}}, nil, "own", func(r *store.Record) { decorated = true })
@@ -267,10 +262,10 @@ func TestOwnCreateAndStartAreRecordedWithoutEventInspects(t *testing.T) {
 	}
 	// Events are applied in order: once the marker's death is seen, the
 	// create and start events before it have been handled.
-	f.emit(events.ActionDie, "marker", map[string]string{"exitCode": "1"})
+	f.Emit(events.ActionDie, "marker", map[string]string{"exitCode": "1"})
 	testutil.Eventually(t, "die event applied", func() bool { r, _ := x.Get("marker"); return !r.Running() })
 	testutil.Eventually(t, "the queue drained", x.idle)
-	if n := f.inspectCount(created.ID); n != 1 {
+	if n := f.InspectCount(created.ID); n != 1 {
 		t.Errorf("%d inspects, want 1 (Start's write-back)", n)
 	}
 }
@@ -282,9 +277,7 @@ func TestFailedWriteBackInspectIsRefreshedLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.mu.Lock()
-	f.failInspect[created.ID] = 1
-	f.mu.Unlock()
+	f.Do(func(s *fakedocker.State) { s.FailInspect[created.ID] = 1 })
 	if _, err := x.Start(context.Background(), created.ID); err == nil {
 		t.Fatal("Start succeeded though its inspect failed")
 	}
@@ -298,9 +291,7 @@ func TestCreateThatFailedAfterDockerMadeTheContainer(t *testing.T) {
 	f := newFakeEngine()
 	x := startIndex(t, f, Options{})
 	cfg := &container.Config{Labels: map[string]string{testLabel: "sandbox"}}
-	f.mu.Lock()
-	f.createErr, f.createMakes = context.DeadlineExceeded, true
-	f.mu.Unlock()
+	f.Do(func(s *fakedocker.State) { s.CreateErr, s.CreateMakes = context.DeadlineExceeded, true })
 	created, err := x.Create(context.Background(), cfg, nil, "orphan", nil)
 	if !errors.Is(err, context.DeadlineExceeded) || created.ID == "" {
 		t.Fatalf("Create = %+v, %v; want the timeout and the ID of what Docker made", created, err)
@@ -310,22 +301,18 @@ func TestCreateThatFailedAfterDockerMadeTheContainer(t *testing.T) {
 	}
 
 	// A container of that name older than the call was not made by it.
-	f.mu.Lock()
-	f.addLocked("older", "/busy", "sandbox", "exited", time.Now().Add(-time.Hour))
-	f.createErr, f.createMakes = errors.New("connection reset"), false
-	f.mu.Unlock()
+	f.AddContainer(fakedocker.Container{ID: "older", Name: "busy", Status: "exited", Labels: map[string]string{testLabel: "sandbox"}, Created: time.Now().Add(-time.Hour)})
+	f.Do(func(s *fakedocker.State) { s.CreateErr, s.CreateMakes = errors.New("connection reset"), false })
 	if created, err := x.Create(context.Background(), cfg, nil, "busy", nil); err == nil || created.ID != "" {
 		t.Errorf("Create = %+v, %v; must not claim an older container", created, err)
 	}
 	// Docker refusing proves nothing was made: no lookup, no ID.
-	f.mu.Lock()
-	f.createErr = nil
-	f.mu.Unlock()
-	before := f.inspectCount("busy")
+	f.Do(func(s *fakedocker.State) { s.CreateErr = nil })
+	before := f.InspectCount("busy")
 	if created, err := x.Create(context.Background(), cfg, nil, "busy", nil); !errdefs.IsConflict(err) || created.ID != "" {
 		t.Errorf("Create over a used name = %+v, %v; want Conflict and no ID", created, err)
 	}
-	if f.inspectCount("busy") != before {
+	if f.InspectCount("busy") != before {
 		t.Error("a refused create looked the name up")
 	}
 }
@@ -333,8 +320,8 @@ func TestCreateThatFailedAfterDockerMadeTheContainer(t *testing.T) {
 func TestLookupFallsBackToDocker(t *testing.T) {
 	f := newFakeEngine()
 	x := startIndex(t, f, Options{})
-	f.add("unseen", "sandbox", "exited")
-	f.add("foreign", "", "running")
+	add(f, "unseen", "sandbox", "exited")
+	add(f, "foreign", "", "running")
 	rec, err := x.Lookup(context.Background(), "unseen")
 	if err != nil || rec == nil || rec.ID != "unseen" || !x.has("unseen") {
 		t.Errorf("Lookup of a container the index lacks = %+v, %v", rec, err)
@@ -344,9 +331,7 @@ func TestLookupFallsBackToDocker(t *testing.T) {
 			t.Errorf("Lookup(%s) = %+v, %v; want nothing", id, rec, err)
 		}
 	}
-	f.mu.Lock()
-	f.failInspect["other"] = 1
-	f.mu.Unlock()
+	f.Do(func(s *fakedocker.State) { s.FailInspect["other"] = 1 })
 	if _, err := x.Lookup(context.Background(), "other"); err == nil {
 		t.Error("Lookup hid a failed inspect")
 	}

@@ -22,15 +22,15 @@ func gathered(t *testing.T, m *metrics.Metrics, family string, labels map[string
 func TestLoopCountsEventsLagAndResyncs(t *testing.T) {
 	m := metrics.New()
 	f := newFakeEngine()
-	f.add("sb", "sandbox", "running")
+	add(f, "sb", "sandbox", "running")
 	x := startIndex(t, f, Options{Metrics: m})
 	testutil.Eventually(t, "the first resync counted", func() bool {
 		return gathered(t, m, "netshim_index_resyncs_total", map[string]string{"result": "ok"}) == 1
 	})
 
-	f.add("c", "container", "running")
-	f.emit(events.ActionStart, "c", nil)
-	f.emit(events.ActionDie, "c", map[string]string{"exitCode": "0"})
+	add(f, "c", "container", "running")
+	f.Emit(events.ActionStart, "c", nil)
+	f.Emit(events.ActionDie, "c", map[string]string{"exitCode": "0"})
 	testutil.Eventually(t, "two events counted", func() bool {
 		return gathered(t, m, "netshim_index_events_total", nil) == 2
 	})
