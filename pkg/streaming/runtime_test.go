@@ -19,6 +19,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/netshim/netshim/internal/fakedocker"
 )
 
 // buf is a goroutine-safe io.WriteCloser.
@@ -49,7 +51,7 @@ func (b *buf) String() string {
 
 func noNetNS(context.Context, string) (string, error) { return "", errors.New("no pods here") }
 
-func newTestRuntime(t *testing.T) (*Runtime, *fakeDocker) {
+func newTestRuntime(t *testing.T) (*Runtime, *fakedocker.Engine) {
 	docker := newFakeDocker(t)
 	r := NewRuntime(docker, noNetNS)
 	t.Cleanup(r.stopAll)
@@ -73,11 +75,11 @@ func runWithin(t *testing.T, d time.Duration, what string, f func() error) error
 func TestExecExitCodeReachesTheLibraryAsExitError(t *testing.T) {
 	for _, code := range []int{0, 1, 3, 127} {
 		r, docker := newTestRuntime(t)
-		docker.nextScript = func(p *proc) int {
-			p.stdout("out\n")
-			p.stderr("err\n")
+		docker.SetExecScript(func(p *fakedocker.Proc) int {
+			p.Stdout("out\n")
+			p.Stderr("err\n")
 			return code
-		}
+		})
 		var out, errOut buf
 		err := runWithin(t, 5*time.Second, "Exec", func() error {
 			return r.Exec(context.Background(), "c1", []string{"sh", "-c", "exit"}, nil, &out, &errOut, false, nil)
@@ -100,10 +102,10 @@ func TestExecExitCodeReachesTheLibraryAsExitError(t *testing.T) {
 		if !exitErr.Exited() || exitErr.ExitStatus() != code {
 			t.Errorf("exit %d: ExitError exited=%v status=%d", code, exitErr.Exited(), exitErr.ExitStatus())
 		}
-		e := docker.exec("exec-1")
+		e := docker.Exec("exec-1")
 		want := container.ExecOptions{Cmd: []string{"sh", "-c", "exit"}, AttachStdout: true, AttachStderr: true}
-		if !slices.Equal(e.opts.Cmd, want.Cmd) || e.opts.Tty || e.opts.AttachStdin || !e.opts.AttachStdout || !e.opts.AttachStderr || e.container != "c1" {
-			t.Errorf("exec created in %q with %+v, want in c1 with %+v", e.container, e.opts, want)
+		if !slices.Equal(e.Options.Cmd, want.Cmd) || e.Options.Tty || e.Options.AttachStdin || !e.Options.AttachStdout || !e.Options.AttachStderr || e.ContainerID != "c1" {
+			t.Errorf("exec created in %q with %+v, want in c1 with %+v", e.ContainerID, e.Options, want)
 		}
 	}
 }
@@ -112,8 +114,8 @@ func TestExecWaitsForDockerToRecordTheExit(t *testing.T) {
 	r, docker := newTestRuntime(t)
 	// Docker closes the streams first and records the exit a little
 	// later: Exec must not report a still-"running" exec as exit 0.
-	docker.exitDelay = 150 * time.Millisecond
-	docker.nextScript = func(*proc) int { return 42 }
+	docker.Do(func(s *fakedocker.State) { s.ExecExitDelay = 150 * time.Millisecond })
+	docker.SetExecScript(func(*fakedocker.Proc) int { return 42 })
 	var out buf
 	err := runWithin(t, 5*time.Second, "Exec", func() error {
 		return r.Exec(context.Background(), "c1", []string{"false"}, nil, &out, nil, false, nil)
@@ -125,11 +127,11 @@ func TestExecWaitsForDockerToRecordTheExit(t *testing.T) {
 
 func TestExecStreamsRequestedOnly(t *testing.T) {
 	r, docker := newTestRuntime(t)
-	docker.nextScript = func(p *proc) int {
-		line, _ := p.readLine()
-		p.stdout("got " + line)
+	docker.SetExecScript(func(p *fakedocker.Proc) int {
+		line, _ := p.ReadLine()
+		p.Stdout("got " + line)
 		return 0
-	}
+	})
 	in := strings.NewReader("hello\n")
 	var out buf
 	if err := r.Exec(context.Background(), "c1", []string{"cat"}, in, &out, nil, false, nil); err != nil {
@@ -138,22 +140,22 @@ func TestExecStreamsRequestedOnly(t *testing.T) {
 	if got := out.String(); got != "got hello\n" {
 		t.Errorf("stdout %q, want %q", got, "got hello\n")
 	}
-	e := docker.exec("exec-1")
-	if !e.opts.AttachStdin || !e.opts.AttachStdout || e.opts.AttachStderr {
-		t.Errorf("exec created with stdin=%v stdout=%v stderr=%v, want true true false", e.opts.AttachStdin, e.opts.AttachStdout, e.opts.AttachStderr)
+	e := docker.Exec("exec-1")
+	if !e.Options.AttachStdin || !e.Options.AttachStdout || e.Options.AttachStderr {
+		t.Errorf("exec created with stdin=%v stdout=%v stderr=%v, want true true false", e.Options.AttachStdin, e.Options.AttachStdout, e.Options.AttachStderr)
 	}
 }
 
 func TestExecForwardsStdinEOF(t *testing.T) {
 	r, docker := newTestRuntime(t)
-	docker.nextScript = func(p *proc) int {
-		all, err := p.readAll() // returns only at the client's EOF
+	docker.SetExecScript(func(p *fakedocker.Proc) int {
+		all, err := p.ReadAll() // returns only at the client's EOF
 		if err != nil {
 			return 99
 		}
-		p.stdout(strings.ToUpper(all))
+		p.Stdout(strings.ToUpper(all))
 		return 0
-	}
+	})
 	var out buf
 	err := runWithin(t, 5*time.Second, "Exec", func() error {
 		return r.Exec(context.Background(), "c1", []string{"tr"}, strings.NewReader("a\nb\n"), &out, nil, false, nil)
@@ -170,18 +172,18 @@ func TestExecTTYIsRawResizesAndDoesNotWaitForStdin(t *testing.T) {
 	r, docker := newTestRuntime(t)
 	// The first resize reaches Docker before the exec runs and is
 	// refused: it must be retried, not lost.
-	docker.resizeFailures = 2
+	docker.Do(func(s *fakedocker.State) { s.ResizeFailures = 2 })
 	resized := make(chan struct{})
-	docker.nextScript = func(p *proc) int {
-		line, _ := p.readLine()
-		p.stdout("tty: " + line)
+	docker.SetExecScript(func(p *fakedocker.Proc) int {
+		line, _ := p.ReadLine()
+		p.Stdout("tty: " + line)
 		// Exit only once both sizes have been applied.
 		select {
 		case <-resized:
 		case <-time.After(5 * time.Second):
 		}
 		return 0
-	}
+	})
 	// The client keeps stdin open after the command is done, as an
 	// interactive kubectl/crictl does.
 	inR, inW := io.Pipe()
@@ -192,7 +194,7 @@ func TestExecTTYIsRawResizesAndDoesNotWaitForStdin(t *testing.T) {
 	go func() {
 		waitResizes := func(n int) {
 			for range 500 {
-				if len(docker.resizeCalls()) == n {
+				if len(docker.Resizes()) == n {
 					return
 				}
 				time.Sleep(10 * time.Millisecond)
@@ -214,24 +216,24 @@ func TestExecTTYIsRawResizesAndDoesNotWaitForStdin(t *testing.T) {
 	if got := out.String(); got != "tty: ls\n" {
 		t.Errorf("stdout %q, want the raw tty bytes %q", got, "tty: ls\n")
 	}
-	want := []resizeCall{{"exec-1", 24, 80}, {"exec-1", 40, 120}}
-	if got := docker.resizeCalls(); !slices.Equal(got, want) {
+	want := []fakedocker.Resize{{Target: "exec-1", Height: 24, Width: 80}, {Target: "exec-1", Height: 40, Width: 120}}
+	if got := docker.Resizes(); !slices.Equal(got, want) {
 		t.Errorf("resizes %+v, want %+v", got, want)
 	}
-	e := docker.exec("exec-1")
-	if !e.opts.Tty || !e.opts.AttachStdin || !e.opts.AttachStdout || e.opts.AttachStderr {
-		t.Errorf("exec created with %+v, want Tty, stdin and stdout", e.opts)
+	e := docker.Exec("exec-1")
+	if !e.Options.Tty || !e.Options.AttachStdin || !e.Options.AttachStdout || e.Options.AttachStderr {
+		t.Errorf("exec created with %+v, want Tty, stdin and stdout", e.Options)
 	}
 	// The size known before the start is given at creation too (used by
 	// engines from API 1.42 on).
-	if e.opts.ConsoleSize == nil || *e.opts.ConsoleSize != [2]uint{24, 80} || e.startOpts.ConsoleSize == nil || *e.startOpts.ConsoleSize != [2]uint{24, 80} {
-		t.Errorf("console size at creation %v, at start %v; want [24 80] (height, width)", e.opts.ConsoleSize, e.startOpts.ConsoleSize)
+	if e.Options.ConsoleSize == nil || *e.Options.ConsoleSize != [2]uint{24, 80} || e.StartOptions.ConsoleSize == nil || *e.StartOptions.ConsoleSize != [2]uint{24, 80} {
+		t.Errorf("console size at creation %v, at start %v; want [24 80] (height, width)", e.Options.ConsoleSize, e.StartOptions.ConsoleSize)
 	}
 }
 
 func TestExecTTYWithoutASizeStartsAnyway(t *testing.T) {
 	r, docker := newTestRuntime(t)
-	docker.nextScript = func(p *proc) int { p.stdout("hello\r\n"); return 0 }
+	docker.SetExecScript(func(p *fakedocker.Proc) int { p.Stdout("hello\r\n"); return 0 })
 	sizes := make(chan remotecommand.TerminalSize) // the client never sends one
 	var out buf
 	err := runWithin(t, 5*time.Second, "Exec", func() error {
@@ -240,19 +242,19 @@ func TestExecTTYWithoutASizeStartsAnyway(t *testing.T) {
 	if err != nil || out.String() != "hello\r\n" {
 		t.Fatalf("Exec: %v, stdout %q", err, out.String())
 	}
-	if e := docker.exec("exec-1"); e.opts.ConsoleSize != nil {
-		t.Errorf("console size %v with no size from the client", *e.opts.ConsoleSize)
+	if e := docker.Exec("exec-1"); e.Options.ConsoleSize != nil {
+		t.Errorf("console size %v with no size from the client", *e.Options.ConsoleSize)
 	}
 }
 
 func TestExecEndsWhenTheServerStops(t *testing.T) {
 	r, docker := newTestRuntime(t)
 	started := make(chan struct{})
-	docker.nextScript = func(p *proc) int {
+	docker.SetExecScript(func(p *fakedocker.Proc) int {
 		close(started)
-		_, _ = p.readAll() // until the connection is closed
+		_, _ = p.ReadAll() // until the connection is closed
 		return 0
-	}
+	})
 	inR, inW := io.Pipe()
 	defer inW.Close()
 	errc := make(chan error, 1)
@@ -282,12 +284,12 @@ func TestExecWithoutCommandFails(t *testing.T) {
 
 func TestAttachDemultiplexesByTheContainersTTY(t *testing.T) {
 	r, docker := newTestRuntime(t)
-	docker.addContainer("plain", true, false, func(p *proc) {
-		line, _ := p.readLine()
-		p.stdout("echo: " + line)
-		p.stderr("warn\n")
-		_, _ = p.readAll() // stdin_once: exits at the client's EOF
-	})
+	docker.AddContainer(fakedocker.Container{ID: "plain", Status: "running", Attach: func(p *fakedocker.Proc) {
+		line, _ := p.ReadLine()
+		p.Stdout("echo: " + line)
+		p.Stderr("warn\n")
+		_, _ = p.ReadAll() // stdin_once: exits at the client's EOF
+	}})
 	var out, errOut buf
 	err := runWithin(t, 5*time.Second, "Attach", func() error {
 		return r.Attach(context.Background(), "plain", strings.NewReader("hi\n"), &out, &errOut, false, nil)
@@ -298,9 +300,8 @@ func TestAttachDemultiplexesByTheContainersTTY(t *testing.T) {
 	if out.String() != "echo: hi\n" || errOut.String() != "warn\n" {
 		t.Errorf("stdout %q stderr %q, want %q and %q", out.String(), errOut.String(), "echo: hi\n", "warn\n")
 	}
-	docker.mu.Lock()
-	opts := docker.attachOpts[0]
-	docker.mu.Unlock()
+	var opts container.AttachOptions
+	docker.Do(func(s *fakedocker.State) { opts = s.AttachOpts[0] })
 	if opts != (container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true}) {
 		t.Errorf("attached with %+v", opts)
 	}
@@ -309,18 +310,18 @@ func TestAttachDemultiplexesByTheContainersTTY(t *testing.T) {
 func TestAttachTTYIsRawAndResizesTheContainer(t *testing.T) {
 	r, docker := newTestRuntime(t)
 	resized := make(chan struct{})
-	docker.addContainer("term", true, true, func(p *proc) {
-		p.stdout("$ ")
+	docker.AddContainer(fakedocker.Container{ID: "term", Status: "running", Tty: true, Attach: func(p *fakedocker.Proc) {
+		p.Stdout("$ ")
 		select {
 		case <-resized:
 		case <-time.After(5 * time.Second):
 		}
-	})
+	}})
 	sizes := make(chan remotecommand.TerminalSize, 1)
 	sizes <- remotecommand.TerminalSize{Width: 100, Height: 50}
 	go func() {
 		for range 200 {
-			if len(docker.resizeCalls()) == 1 {
+			if len(docker.Resizes()) == 1 {
 				close(resized)
 				return
 			}
@@ -334,14 +335,14 @@ func TestAttachTTYIsRawAndResizesTheContainer(t *testing.T) {
 	if out.String() != "$ " {
 		t.Errorf("stdout %q, want %q", out.String(), "$ ")
 	}
-	if got, want := docker.resizeCalls(), []resizeCall{{"term", 50, 100}}; !slices.Equal(got, want) {
+	if got, want := docker.Resizes(), []fakedocker.Resize{{Target: "term", Height: 50, Width: 100}}; !slices.Equal(got, want) {
 		t.Errorf("resizes %+v, want %+v", got, want)
 	}
 }
 
 func TestAttachRefusesAStoppedContainer(t *testing.T) {
 	r, docker := newTestRuntime(t)
-	docker.addContainer("dead", false, false, func(*proc) {})
+	docker.AddContainer(fakedocker.Container{ID: "dead", Status: "exited", Attach: func(*fakedocker.Proc) {}})
 	err := r.Attach(context.Background(), "dead", nil, &buf{}, nil, false, nil)
 	if err == nil || !strings.Contains(err.Error(), "not running") {
 		t.Fatalf("Attach to a stopped container returned %v, want a not-running error", err)
@@ -398,7 +399,7 @@ type execProcess struct {
 
 // realExec makes the next exec of docker run as a real process that the
 // fake procRoot of r places in the cgroup given.
-func realExec(t *testing.T, r *Runtime, docker *fakeDocker, cgroup string) *execProcess {
+func realExec(t *testing.T, r *Runtime, docker *fakedocker.Engine, cgroup string) *execProcess {
 	t.Helper()
 	cmd := exec.Command("sleep", "300")
 	if err := cmd.Start(); err != nil {
@@ -424,14 +425,12 @@ func realExec(t *testing.T, r *Runtime, docker *fakeDocker, cgroup string) *exec
 		t.Fatal(err)
 	}
 	r.procRoot = root
-	docker.mu.Lock()
-	docker.nextPid = pid
-	docker.nextScript = func(*proc) int {
+	docker.Do(func(s *fakedocker.State) { s.ExecPid = func() int { return pid } })
+	docker.SetExecScript(func(*fakedocker.Proc) int {
 		close(p.started)
 		<-dead
 		return 137
-	}
-	docker.mu.Unlock()
+	})
 	return p
 }
 
@@ -481,12 +480,12 @@ func TestExecKilledWhenTheClientGoesAway(t *testing.T) {
 			p := realExec(t, r, docker, tc.cgroup)
 			if tc.end == nil {
 				// The command writes; the write to the client fails.
-				docker.nextScript = func(pr *proc) int {
+				docker.SetExecScript(func(pr *fakedocker.Proc) int {
 					close(p.started)
-					pr.stdout("hello\n")
+					pr.Stdout("hello\n")
 					<-p.dead
 					return 137
-				}
+				})
 			}
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)

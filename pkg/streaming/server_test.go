@@ -19,6 +19,7 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
 
+	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 )
 
@@ -188,10 +189,10 @@ type execStatus struct {
 
 func TestServerExecReportsTheExitCodeToTheClient(t *testing.T) {
 	docker := newFakeDocker(t)
-	docker.nextScript = func(p *proc) int {
-		p.stdout("hi\n")
+	docker.SetExecScript(func(p *fakedocker.Proc) int {
+		p.Stdout("hi\n")
 		return 7
-	}
+	})
 	s := startServer(t, docker, noNetNS)
 	resp, err := s.GetExec(&runtimeapi.ExecRequest{ContainerId: "c1", Cmd: []string{"sh", "-c", "echo hi; exit 7"}, Stdout: true})
 	if err != nil {
@@ -216,7 +217,7 @@ func TestServerExecReportsTheExitCodeToTheClient(t *testing.T) {
 
 func TestServerExecSuccessStatus(t *testing.T) {
 	docker := newFakeDocker(t)
-	docker.nextScript = func(p *proc) int { p.stderr("e\n"); return 0 }
+	docker.SetExecScript(func(p *fakedocker.Proc) int { p.Stderr("e\n"); return 0 })
 	s := startServer(t, docker, noNetNS)
 	resp, err := s.GetExec(&runtimeapi.ExecRequest{ContainerId: "c1", Cmd: []string{"true"}, Stderr: true})
 	if err != nil {
@@ -278,11 +279,11 @@ func TestServerPortForwardOverSPDY(t *testing.T) {
 func TestServerStopEndsOpenSessions(t *testing.T) {
 	docker := newFakeDocker(t)
 	started := make(chan struct{})
-	docker.nextScript = func(p *proc) int {
+	docker.SetExecScript(func(p *fakedocker.Proc) int {
 		close(started)
-		_, _ = p.readAll() // runs until detached
+		_, _ = p.ReadAll() // runs until detached
 		return 0
-	}
+	})
 	s, err := New(Config{Addr: "127.0.0.1:0"}, docker, noNetNS)
 	if err != nil {
 		t.Fatal(err)
@@ -346,5 +347,5 @@ func TestServerExecKilledWhenTheClientHangsUp(t *testing.T) {
 	if !p.killed(t, 10*time.Second) {
 		t.Fatal("the exec's process was not killed after its client hung up")
 	}
-	testutil.Eventually(t, "Docker to see the exec end", func() bool { return !docker.exec("exec-1").running })
+	testutil.Eventually(t, "Docker to see the exec end", func() bool { return !docker.Exec("exec-1").Running })
 }
