@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -26,6 +23,19 @@ type Budget struct {
 // timeCheckEvery is how many entries pass between two looks at the clock.
 const timeCheckEvery = 64
 
+// maxOpenDirs bounds the directories a walk holds open at once, so that a
+// deep tree cannot exhaust the process's file descriptors. The root and
+// the levels below it, up to maxOpenDirs-1 in all, stay open while what
+// is under them is read; deeper down, a directory's names are read whole
+// and it is closed while its subdirectories are read, then opened again.
+const maxOpenDirs = 32
+
+// dirFlags open a directory and never a symlink to one.
+const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+
+// direntBufs are getdents buffers, one per step under way.
+var direntBufs = sync.Pool{New: func() any { b := make([]byte, 8192); return &b }}
+
 // Walk measures one directory tree like `du -x`: the bytes of the blocks
 // allocated (st_blocks*512, what the filesystem really holds, sparse files
 // and holes included) and the number of inodes, a hard-linked inode once.
@@ -38,28 +48,42 @@ const timeCheckEvery = 64
 // instead of in one long walk. The tree may change between steps; the
 // result is then approximate, as any du of a live tree is.
 //
-// Nothing outside the root is ever touched: every directory is opened
-// name by name from the root with O_NOFOLLOW (a symlink, even one that
-// replaced a directory between two steps, is counted as itself and never
-// followed), entries on another device than the root's (mount points) are
-// skipped with what is under them, and a root that is a symlink or whose
-// identity changed fails the walk.
+// The walk works relative to open directories (openat, and fstatat on the
+// names getdents gives): the kernel resolves one name per entry instead of
+// a whole path, and nothing is allocated per entry but its name. Nothing
+// outside the root is ever touched: every directory is opened by its name
+// in its open parent with O_NOFOLLOW, so a symlink (even one that replaced
+// a directory between two steps) is counted as itself and never followed,
+// and no rename of a directory above can lead the walk elsewhere. Entries
+// on another device than the root's (mount points) are skipped with what
+// is under them, and a root that is a symlink or whose identity changed
+// fails the walk.
 type Walk struct {
 	root    string
 	started bool
 	dev     uint64
 	ino     uint64
-	// stack holds directories still to read, relative to root ("" is
-	// root itself); cur is the one being read, of which skip entries
-	// are done.
-	stack  []string
-	cur    string
-	inCur  bool
-	skip   int
+	// dirs is the path from the root (dirs[0]) down to the directory
+	// being read (the last).
+	dirs   []dirFrame
 	seen   map[uint64]struct{} // inodes with more than one link
 	bytes  uint64
 	inodes uint64
 	done   bool
+	buf    []byte // getdents buffer, during a step
+}
+
+// dirFrame is a directory being read.
+type dirFrame struct {
+	name string // in its parent ("" for the root)
+	fd   int    // -1 while closed (between steps, or while the subdirectories of a deep directory are read)
+	// got is how many names the directory gave so far: counted, or in
+	// names from next on. Between steps only got is kept: the directory
+	// is read again from its start and that many names are skipped.
+	got   int
+	names []string
+	next  int
+	eof   bool // the directory gave all its names
 }
 
 // NewWalk starts a walk of root; nothing is read until Step.
@@ -85,116 +109,128 @@ func (w *Walk) Step(ctx context.Context, b Budget) (bool, error) {
 	if w.done {
 		return true, nil
 	}
-	rootFd, err := unix.Open(w.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	rootFd, err := unix.Open(w.root, dirFlags, 0)
 	if err != nil {
 		return false, fmt.Errorf("opening %s: %w", w.root, err)
 	}
-	defer unix.Close(rootFd)
 	var st unix.Stat_t
 	if err := unix.Fstat(rootFd, &st); err != nil {
+		unix.Close(rootFd)
 		return false, fmt.Errorf("stat %s: %w", w.root, err)
 	}
-	if !w.started {
+	switch {
+	case !w.started:
 		w.started, w.dev, w.ino = true, st.Dev, st.Ino
 		w.add(&st)
-		w.stack = []string{""}
-	} else if st.Dev != w.dev || st.Ino != w.ino {
+		w.dirs = append(w.dirs, dirFrame{fd: rootFd})
+	case st.Dev != w.dev || st.Ino != w.ino:
+		unix.Close(rootFd)
 		return false, fmt.Errorf("%s: %w", w.root, ErrRootChanged)
+	default:
+		w.dirs[0].fd = rootFd
+	}
+	buf := direntBufs.Get().(*[]byte)
+	w.buf = *buf
+	defer func() {
+		w.suspend()
+		w.buf = nil
+		direntBufs.Put(buf)
+	}()
+	// Resumed: the root is read again past what earlier steps counted;
+	// the directories below it are reopened as the walk comes back to
+	// them.
+	if w.dirs[0].got > 0 {
+		w.skip(&w.dirs[0])
 	}
 	n := 0
-	for {
-		if !w.inCur {
-			if len(w.stack) == 0 {
-				w.done = true
-				w.seen = nil
-				return true, nil
+	for len(w.dirs) > 0 {
+		top := len(w.dirs) - 1
+		d := &w.dirs[top]
+		if d.fd < 0 && !w.reopen() {
+			continue
+		}
+		if d.next == len(d.names) {
+			d.names, d.next = d.names[:0], 0
+			if !w.read(d) {
+				w.pop()
 			}
-			w.cur = w.stack[len(w.stack)-1]
-			w.stack = w.stack[:len(w.stack)-1]
-			w.inCur, w.skip = true, 0
+			continue
 		}
-		more, err := w.readCur(ctx, rootFd, b, &n)
-		if err != nil {
-			return false, err
-		}
-		if more {
+		if n > 0 && (b.MaxEntries > 0 && n >= b.MaxEntries || w.overTime(b, n)) {
 			return false, nil
 		}
-		w.inCur = false
-	}
-}
-
-// readCur reads the current directory from where the last step left it,
-// counting its entries and queueing its subdirectories. It reports whether
-// the budget ran out before the directory's end.
-func (w *Walk) readCur(ctx context.Context, rootFd int, b Budget, n *int) (more bool, err error) {
-	fd, err := w.openDir(rootFd, w.cur)
-	if err != nil {
-		// Removed, or no longer a directory on this device: nothing to
-		// count below it.
-		return false, nil
-	}
-	f := os.NewFile(uintptr(fd), filepath.Join(w.root, w.cur))
-	defer f.Close()
-	skipped := 0
-	for {
-		names, rerr := f.Readdirnames(256)
-		for _, name := range names {
-			// Entries already counted by an earlier step.
-			if skipped < w.skip {
-				skipped++
-				continue
+		if n%timeCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return false, err
 			}
-			if *n > 0 && (b.MaxEntries > 0 && *n >= b.MaxEntries || w.overTime(b, *n)) {
-				return true, nil
-			}
-			if *n%timeCheckEvery == 0 {
-				if err := ctx.Err(); err != nil {
-					return false, err
-				}
-			}
-			*n++
-			w.skip++
-			skipped++
-			w.entry(fd, name)
 		}
-		if errors.Is(rerr, io.EOF) || (rerr == nil && len(names) == 0) {
-			return false, nil
-		}
-		if rerr != nil {
-			// A directory removed while read: what was read counts.
-			return false, nil
-		}
+		n++
+		name := d.names[d.next]
+		d.next++
+		w.entry(top, name)
 	}
+	w.finish()
+	return true, nil
 }
 
 func (w *Walk) overTime(b Budget, n int) bool {
 	return !b.Deadline.IsZero() && b.Now != nil && n%timeCheckEvery == 0 && !b.Now().Before(b.Deadline)
 }
 
-// entry counts one directory entry and queues it if it is a directory.
-func (w *Walk) entry(dirFd int, name string) {
+// entry counts the entry name of the directory dirs[i] and, if it is a
+// directory, opens it to be read next.
+func (w *Walk) entry(i int, name string) {
+	d := &w.dirs[i]
 	var st unix.Stat_t
-	if err := unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return // vanished
 	}
+	if !w.count(&st) || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return
+	}
+	// Opened by its name in the open parent, O_NOFOLLOW: a symlink put
+	// in its place since the stat fails the open. Its device is not
+	// checked again (an fstat per directory): only a filesystem mounted
+	// on it in the instant since the stat would be read.
+	deep := i >= maxOpenDirs-1
+	if deep {
+		// Not kept open below: the rest of its names now, so that
+		// reopening it needs no skipping.
+		for w.read(d) {
+		}
+	}
+	fd, err := unix.Openat(d.fd, name, dirFlags, 0)
+	if deep {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+	if err != nil {
+		return // vanished or unreadable: counted, nothing below it
+	}
+	// A frame popped earlier lends its names' array.
+	if len(w.dirs) < cap(w.dirs) {
+		w.dirs = w.dirs[:len(w.dirs)+1]
+		f := &w.dirs[len(w.dirs)-1]
+		*f = dirFrame{name: name, fd: fd, names: f.names[:0]}
+	} else {
+		w.dirs = append(w.dirs, dirFrame{name: name, fd: fd})
+	}
+}
+
+// count adds an entry, unless it is on another device or a hard link
+// already counted; it says whether the entry is on the walk's device.
+func (w *Walk) count(st *unix.Stat_t) bool {
 	if st.Dev != w.dev {
-		return // a mount point: another filesystem
+		return false // a mount point: another filesystem
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 {
 		if _, ok := w.seen[st.Ino]; ok {
-			return
+			return true
 		}
 		w.seen[st.Ino] = struct{}{}
 	}
-	w.add(&st)
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		if w.cur == "" {
-			w.stack = append(w.stack, name)
-		} else {
-			w.stack = append(w.stack, w.cur+"/"+name)
-		}
-	}
+	w.add(st)
+	return true
 }
 
 func (w *Walk) add(st *unix.Stat_t) {
@@ -202,31 +238,109 @@ func (w *Walk) add(st *unix.Stat_t) {
 	w.bytes += uint64(st.Blocks) * 512
 }
 
-// openDir opens rel (relative to the root) one name at a time, refusing
-// symlinks at every level, and checks it is on the root's device.
-func (w *Walk) openDir(rootFd int, rel string) (int, error) {
-	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	fd, err := unix.Openat(rootFd, ".", flags, 0)
-	if err != nil {
-		return -1, err
+// read appends the names of one getdents to d's. It reports false at the
+// directory's end, or when it cannot be read any more (removed while
+// read): what was read counts.
+func (w *Walk) read(d *dirFrame) bool {
+	if d.eof {
+		return false
 	}
-	if rel != "" {
-		for name := range strings.SplitSeq(rel, "/") {
-			next, err := unix.Openat(fd, name, flags, 0)
-			unix.Close(fd)
-			if err != nil {
-				return -1, err
-			}
-			fd = next
+	n, err := unix.ReadDirent(d.fd, w.buf)
+	for err == unix.EINTR { // a bare Errno, never wrapped
+		n, err = unix.ReadDirent(d.fd, w.buf)
+	}
+	if err != nil || n <= 0 {
+		d.eof = true
+		return false
+	}
+	var c int
+	_, c, d.names = unix.ParseDirent(w.buf[:n], -1, d.names)
+	d.got += c
+	return true
+}
+
+// skip reads again, in a directory just reopened from its start, the names
+// it gave before (counted already), keeping those after them.
+func (w *Walk) skip(d *dirFrame) {
+	left := d.got
+	d.got = 0
+	for left > 0 && w.read(d) {
+		k := min(left, len(d.names))
+		left -= k
+		d.next = k
+		if d.next == len(d.names) {
+			d.names, d.next = d.names[:0], 0
 		}
+	}
+}
+
+// reopen opens again the last directory of the path, closed at the end of
+// a step or while its subdirectories were read: name by name from the
+// nearest directory open above it (the root at worst), never following a
+// symlink, and only if it is still on the walk's device; then it skips
+// what was read of it. If it cannot, the directory is dropped (removed, or
+// replaced: nothing more to count below it) and reopen reports false.
+func (w *Walk) reopen() bool {
+	top := len(w.dirs) - 1
+	open := top - 1
+	for w.dirs[open].fd < 0 {
+		open--
+	}
+	fd := w.dirs[open].fd
+	for i := open + 1; i <= top; i++ {
+		next, err := unix.Openat(fd, w.dirs[i].name, dirFlags, 0)
+		if i > open+1 {
+			unix.Close(fd)
+		}
+		if err != nil {
+			w.pop()
+			return false
+		}
+		fd = next
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Dev != w.dev {
 		unix.Close(fd)
-		if err == nil {
-			err = errors.New("on another device")
-		}
-		return -1, err
+		w.pop()
+		return false
 	}
-	return fd, nil
+	d := &w.dirs[top]
+	d.fd = fd
+	if !d.eof {
+		w.skip(d)
+	}
+	return true
+}
+
+// pop closes the last directory of the path, read to its end.
+func (w *Walk) pop() {
+	d := &w.dirs[len(w.dirs)-1]
+	if d.fd >= 0 {
+		unix.Close(d.fd)
+	}
+	d.fd = -1
+	w.dirs = w.dirs[:len(w.dirs)-1]
+}
+
+// suspend closes what a step opened, keeping of each directory on the path
+// only how many names it gave that were counted: the names read but not
+// counted yet would be stale by the next step.
+func (w *Walk) suspend() {
+	for i := range w.dirs {
+		d := &w.dirs[i]
+		if d.fd >= 0 {
+			unix.Close(d.fd)
+		}
+		d.fd = -1
+		d.got -= len(d.names) - d.next
+		d.names, d.next, d.eof = nil, 0, false
+	}
+	clear(w.dirs[len(w.dirs):cap(w.dirs)])
+}
+
+// finish ends the walk, dropping what only the walk needed.
+func (w *Walk) finish() {
+	w.done = true
+	w.seen = nil
+	w.dirs = nil
 }

@@ -45,6 +45,27 @@ func walkAll(t testing.TB, root string) (bytes, inodes uint64) {
 	return w.Sums()
 }
 
+// walkInSteps walks w to its end, at most maxEntries a step, calling
+// after (unless nil) after every step; it returns how many steps it took.
+func walkInSteps(t *testing.T, w *Walk, maxEntries int, after func(step int)) int {
+	t.Helper()
+	for steps := 1; ; steps++ {
+		done, err := w.Step(context.Background(), Budget{MaxEntries: maxEntries})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after != nil {
+			after(steps)
+		}
+		if done {
+			return steps
+		}
+		if steps > 1000 {
+			t.Fatal("walk never ends")
+		}
+	}
+}
+
 // layerTree makes a writable layer as a container leaves it: a 1 MiB
 // file, a hard link to it, a sparse file, small files in nested dirs, and
 // a symlink to a big directory outside the layer. It returns the layer.
@@ -108,20 +129,7 @@ func TestWalkResumesAcrossSteps(t *testing.T) {
 	for _, max := range []int{1, 5, 64} {
 		t.Run(fmt.Sprintf("%d entries a step", max), func(t *testing.T) {
 			w := NewWalk(root)
-			steps := 0
-			for {
-				steps++
-				done, err := w.Step(context.Background(), Budget{MaxEntries: max})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if done {
-					break
-				}
-				if steps > 1000 {
-					t.Fatal("walk never ends")
-				}
-			}
+			steps := walkInSteps(t, w, max, nil)
 			if b, i := w.Sums(); b != wantBytes || i != wantInodes {
 				t.Errorf("resumed walk: %d bytes, %d inodes; one step: %d, %d", b, i, wantBytes, wantInodes)
 			}
@@ -265,6 +273,51 @@ func BenchmarkWalk(b *testing.B) {
 				entries += n
 			}
 			b.ReportMetric(float64(entries)/b.Elapsed().Seconds(), "entries/s")
+		})
+	}
+}
+
+// openFds counts the process's open file descriptors.
+func openFds(t testing.TB) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot count open files: %v", err)
+	}
+	return len(fds)
+}
+
+// A tree deeper than the directories a walk keeps open, walked in slices:
+// every slice resumes inside directories closed at the end of the last,
+// some of them below the open ones (read whole, reopened name by name).
+// The sums are the one-step walk's, and no slice leaves a directory open.
+func TestWalkResumesAcrossStepsInADeepTree(t *testing.T) {
+	root := t.TempDir()
+	deep := root
+	for i := range maxOpenDirs + 8 {
+		deep = filepath.Join(deep, "d"+strconv.Itoa(i))
+		for f := range 3 {
+			writeFile(t, filepath.Join(deep, "f"+strconv.Itoa(f)), 10*f)
+		}
+		mustDo(t, os.Mkdir(filepath.Join(deep, "empty"), 0o755))
+	}
+	wantBytes, wantInodes := walkAll(t, root)
+	// The root, and each level's directory, three files and empty.
+	if want := uint64(1 + 5*(maxOpenDirs+8)); wantInodes != want {
+		t.Fatalf("one step: %d inodes, want %d", wantInodes, want)
+	}
+	fds := openFds(t)
+	for _, max := range []int{1, 4, 7} {
+		t.Run(fmt.Sprintf("%d entries a step", max), func(t *testing.T) {
+			w := NewWalk(root)
+			walkInSteps(t, w, max, func(step int) {
+				if n := openFds(t); n != fds {
+					t.Fatalf("%d files open after step %d, %d before the walk", n, step, fds)
+				}
+			})
+			if b, i := w.Sums(); b != wantBytes || i != wantInodes {
+				t.Errorf("resumed walk: %d bytes, %d inodes; one step: %d, %d", b, i, wantBytes, wantInodes)
+			}
 		})
 	}
 }
