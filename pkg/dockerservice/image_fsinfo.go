@@ -89,6 +89,14 @@ type fsUsage struct{ bytes, inodes uint64 }
 
 func (u *fsUsage) add(v fsUsage) { u.bytes += v.bytes; u.inodes += v.inodes }
 
+// diskUsage measures a layer directory like `du -x`, on the driver
+// directory's device dev: a running container's overlay mount at
+// <layer>/merged would count the whole image again.
+func diskUsage(root string, dev uint64) fsUsage {
+	bytes, inodes := layerusage.DiskUsage(root, dev)
+	return fsUsage{bytes: bytes, inodes: inodes}
+}
+
 // fsStats is one measurement.
 type fsStats struct {
 	at                 time.Time
