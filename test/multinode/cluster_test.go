@@ -392,6 +392,7 @@ func TestKubeadmCluster(t *testing.T) {
 			runConformance(t, c, subset)
 			// As kubeadm left it: what follows drains the worker.
 			c.kubectl(t, "taint", "nodes", c.nodes[0].Name, "node-role.kubernetes.io/control-plane:NoSchedule")
+			c.waitSuiteNamespacesGone(t)
 		})
 	} else {
 		t.Log("E2E_MULTINODE_CONFORMANCE is empty: no conformance subset on this cluster")
@@ -439,6 +440,34 @@ func TestKubeadmCluster(t *testing.T) {
 			c.resetNode(t, c.nodes[i])
 		}
 	})
+}
+
+// clusterNamespaces are the namespaces of the cluster and of this test's
+// workloads: any other is the conformance suite's.
+var clusterNamespaces = map[string]bool{"default": true, "kube-system": true, "kube-public": true,
+	"kube-node-lease": true, "kube-flannel": true}
+
+// waitSuiteNamespacesGone waits until the conformance suite's namespaces,
+// which it deletes as it ends, are gone with their pods: the drain that
+// follows would otherwise meet their bare pods on the worker and refuse.
+func (c *cluster) waitSuiteNamespacesGone(t *testing.T) {
+	t.Helper()
+	ok, last := waitFor(5*time.Minute, func() (bool, string) {
+		out, err := harness.Kubectl(context.Background(), c.nodes[0], "get", "namespaces", "-o", "jsonpath={.items[*].metadata.name}")
+		if err != nil {
+			return false, fmt.Sprintf("%v: %s", err, out)
+		}
+		var left []string
+		for _, ns := range strings.Fields(out) {
+			if !clusterNamespaces[ns] {
+				left = append(left, ns)
+			}
+		}
+		return len(left) == 0, strings.Join(left, " ")
+	})
+	if !ok {
+		t.Fatalf("the conformance suite's namespaces are still there after 5 min: %s", last)
+	}
 }
 
 //go:embed testdata/netexec.yaml
