@@ -248,11 +248,16 @@ spec:
       limits: {cpu: 250m, memory: 48Mi}
 `,
 	// A container that outgrows its memory limit: dd's 64 MiB buffer
-	// against 16 MiB. The shell outlives dd for 2 s: containerd 1.6 on
-	// cgroup v2 missed the OOM kill of a container whose last process was
-	// the one killed (no "oom" event, OOMKilled false; once in 8 kills in
-	// the VM), because the container's cgroup was gone before it read
-	// memory.events. Docker's limitation, not one netshim can see past.
+	// against 16 MiB. Docker learns of the kill from containerd 1.6's
+	// shim, which watches the container's memory.events with inotify and
+	// so misses a kill that happens outside its watch (no "oom" event,
+	// OOMKilled false, exit code 137): the shim adds the watch only after
+	// runc start returns, and stops reading once the cgroup is gone. So dd
+	// starts 3 s after the container does (a kill before the watch is the
+	// likely cause of one cold make test whose check polled 12 minutes),
+	// and the shell outlives dd for 2 s (once in 8 kills in the VM the
+	// cgroup was gone before the shim read it). Docker's limitation, not
+	// one netshim can see past.
 	"oom.yaml": `apiVersion: v1
 kind: Pod
 metadata:
@@ -264,7 +269,7 @@ spec:
   - name: main
     image: ` + busyboxImage + `
     imagePullPolicy: Never
-    command: ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1; rc=$?; sleep 2; exit $rc"]
+    command: ["sh", "-c", "sleep 3; dd if=/dev/zero of=/dev/null bs=64M count=1; rc=$?; sleep 2; exit $rc"]
     resources:
       limits: {memory: 16Mi}
 `,
