@@ -186,7 +186,7 @@ func (ds *DockerService) adoptOrphanCheckpoint(ctx context.Context, id string) b
 	if err != nil {
 		log.Error(err, "cri-dockerd's checkpoint of a sandbox without a container has unusable host ports; taking it over without them", "path", path)
 	}
-	unlock, err := ds.lifecycle.Lock(ctx, id)
+	unlock, err := ds.pods.Lock(ctx, id)
 	if err != nil {
 		return false
 	}
@@ -227,7 +227,7 @@ func isContainerID(s string) bool {
 // none yet (a restarted netshim finds the one it wrote before). It reports
 // whether it wrote one.
 func (ds *DockerService) adoptSandbox(ctx context.Context, rec *store.Record) bool {
-	unlock, err := ds.lifecycle.Lock(ctx, rec.ID)
+	unlock, err := ds.pods.Lock(ctx, rec.ID)
 	if err != nil {
 		return false
 	}
@@ -278,9 +278,7 @@ func (ds *DockerService) adoptSandbox(ctx context.Context, rec *store.Record) bo
 		// Kept in memory: the pod stays usable, and the next start
 		// adopts it again.
 		log.Error(err, "Failed to write the checkpoint of an adopted sandbox; keeping it in memory")
-		ds.mu.Lock()
-		ds.sandboxes[cp.SandboxID] = cp
-		ds.mu.Unlock()
+		ds.pods.Put(cp)
 		ds.checkpointChanged(cp.SandboxID)
 	}
 	log.Info("Took over a cri-dockerd sandbox", "ready", cp.Setup == checkpoint.SetupReady, "ips", cp.IPs, "hostPorts", len(cp.PortMappings))
@@ -369,9 +367,7 @@ func (ds *DockerService) nameAdoptedImages(ctx context.Context) {
 		}
 		names[rec.ImageID] = n
 	}
-	ds.mu.Lock()
-	ds.adoptedImages = names
-	ds.mu.Unlock()
+	ds.adoptedImages.Store(&names)
 }
 
 // adoptedImageOf is what ContainerStatus reports as an adopted
@@ -381,9 +377,10 @@ func (ds *DockerService) adoptedImageOf(rec *store.Record, info *containerInfo) 
 	if !info.adopted {
 		return nil, "", false
 	}
-	ds.mu.Lock()
-	n := ds.adoptedImages[rec.ImageID]
-	ds.mu.Unlock()
+	var n adoptedImage
+	if names := ds.adoptedImages.Load(); names != nil {
+		n = (*names)[rec.ImageID]
+	}
 	if n.name == "" {
 		return nil, "", false
 	}

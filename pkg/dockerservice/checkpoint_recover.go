@@ -12,18 +12,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/podstate"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
-
-// checkpointIssue is why a sandbox's checkpoint could not be loaded.
-type checkpointIssue struct {
-	err string
-	// rewrite is set when the file was moved aside (corrupt): the rebuilt
-	// checkpoint is written in its place. A newer version's file is left
-	// for the netshim that wrote it, and an unreadable one cannot be
-	// trusted to take a write: those are rebuilt in memory only.
-	rewrite bool
-}
 
 // recoverStatusTimeout bounds the network status read of one sandbox being
 // rebuilt; it runs before the daemon reports itself synced.
@@ -40,16 +31,14 @@ const recoverStatusTimeout = 10 * time.Second
 // network still holds. It runs before the first sync is reported, so no
 // reader sees the sandbox without its checkpoint.
 func (ds *DockerService) recoverCheckpoints(ctx context.Context) {
-	ds.mu.Lock()
-	issues := maps.Clone(ds.checkpointIssues)
-	ds.mu.Unlock()
+	issues := ds.pods.Issues()
 	for _, id := range slices.Sorted(maps.Keys(issues)) {
 		ds.recoverCheckpoint(ctx, id, issues[id])
 	}
 }
 
-func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue checkpointIssue) {
-	unlock, err := ds.lifecycle.Lock(ctx, id)
+func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue podstate.Issue) {
+	unlock, err := ds.pods.Lock(ctx, id)
 	if err != nil {
 		return
 	}
@@ -89,14 +78,12 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 		}
 	}
 	log := []any{"podSandboxID", id, "pod", klog.KRef(cp.Namespace, cp.Name), "ready", cp.Setup == checkpoint.SetupReady, "ips", cp.IPs}
-	if issue.rewrite {
+	if issue.Rewrite {
 		if err := ds.checkpoints.Put(cp); err != nil {
 			klog.ErrorS(err, "Failed to write the rebuilt checkpoint; keeping it in memory", log...)
 		}
 	}
-	ds.mu.Lock()
-	ds.sandboxes[id] = cp
-	ds.mu.Unlock()
+	ds.pods.Put(cp)
 	ds.checkpointChanged(id)
 	klog.InfoS("Rebuilt the checkpoint of a sandbox", log...)
 }
@@ -121,16 +108,15 @@ func podOfContainers(ctrs []*store.Record) (name, namespace, uid string) {
 // checkpointIssuesMessage summarises the checkpoints that could not be
 // loaded, for Status: "" when there are none.
 func (ds *DockerService) checkpointIssuesMessage() string {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	if len(ds.checkpointIssues) == 0 {
+	issues := ds.pods.Issues()
+	if len(issues) == 0 {
 		return ""
 	}
 	const shown = 3
-	ids := slices.Sorted(maps.Keys(ds.checkpointIssues))
+	ids := slices.Sorted(maps.Keys(issues))
 	parts := make([]string, 0, shown+1)
 	for _, id := range ids[:min(shown, len(ids))] {
-		parts = append(parts, ds.checkpointIssues[id].err)
+		parts = append(parts, issues[id].Err)
 	}
 	if len(ids) > shown {
 		parts = append(parts, fmt.Sprintf("and %d more", len(ids)-shown))

@@ -28,15 +28,7 @@ const orphanWait = 10 * time.Second
 // a group leader, with its IPAM plugin inside). It runs before anything is
 // served, so none of them is this netshim's.
 func (ds *DockerService) killOrphanedPlugins() {
-	ds.mu.Lock()
-	ids := make(map[string]bool, len(ds.sandboxes)+len(ds.checkpointIssues))
-	for id := range ds.sandboxes {
-		ids[id] = true
-	}
-	for id := range ds.checkpointIssues {
-		ids[id] = true
-	}
-	ds.mu.Unlock()
+	ids := ds.pods.KnownIDs()
 	if len(ids) == 0 {
 		return
 	}

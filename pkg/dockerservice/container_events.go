@@ -203,11 +203,9 @@ func (e *containerEvents) seed(ctx context.Context) {
 			ids[r.ID] = true
 		}
 	}
-	e.ds.mu.Lock()
-	for id := range e.ds.sandboxes {
+	for _, id := range e.ds.pods.IDs() {
 		ids[id] = true
 	}
-	e.ds.mu.Unlock()
 	for id := range ids {
 		if cur, ok := e.observe(ctx, id, nil); ok {
 			e.known[id] = &cur
@@ -517,8 +515,9 @@ func eventsEnded(err error) error {
 
 // checkpointChanged marks a change of a sandbox's checkpoint, which its
 // state derives from, for the cached list and for events.
+// (The store's generation, which the cache is keyed by, moved with the
+// change itself.)
 func (ds *DockerService) checkpointChanged(id string) {
-	ds.bumpLocalState()
 	ds.events.touch(id)
 }
 

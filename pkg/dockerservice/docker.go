@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
@@ -86,11 +87,7 @@ func (ds *DockerService) negotiateAPIVersion(ctx context.Context) (string, error
 	}
 	ds.client.NegotiateAPIVersionPing(ping)
 	v := ds.client.ClientVersion()
-	ds.mu.Lock()
-	changed := ds.apiVersion != v
-	ds.apiVersion = v
-	ds.mu.Unlock()
-	if changed {
+	if changed := ds.versions.setAPI(v); changed {
 		klog.InfoS("Docker API version negotiated", "apiVersion", v, "engineAPIVersion", ping.APIVersion)
 		if versions.LessThan(v, minDockerAPI) {
 			klog.InfoS("WARNING: the Docker engine is older than netshim supports; some requests may fail", "apiVersion", v, "minimum", minDockerAPI)
@@ -102,11 +99,40 @@ func (ds *DockerService) negotiateAPIVersion(ctx context.Context) (string, error
 // dockerAPIVersion is the negotiated API version, negotiating it if that
 // has not been done yet.
 func (ds *DockerService) dockerAPIVersion(ctx context.Context) (string, error) {
-	ds.mu.Lock()
-	v := ds.apiVersion
-	ds.mu.Unlock()
-	if v != "" {
+	if _, v := ds.versions.get(); v != "" {
 		return v, nil
 	}
 	return ds.negotiateAPIVersion(ctx)
+}
+
+// engineVersions is what netshim learnt of the engine it talks to: its
+// version, which Version reports, and the negotiated API version, which
+// decides what netshim asks for. Both are read again when the events
+// stream reconnects, as the engine may have been replaced; they have
+// their own lock, as they change apart from any other state.
+type engineVersions struct {
+	mu          sync.Mutex
+	engine, api string
+}
+
+func (v *engineVersions) get() (engine, api string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.engine, v.api
+}
+
+func (v *engineVersions) setEngine(engine string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.engine = engine
+}
+
+// setAPI records the negotiated API version and reports whether it
+// changed.
+func (v *engineVersions) setAPI(api string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	changed := v.api != api
+	v.api = api
+	return changed
 }

@@ -19,10 +19,7 @@ import (
 // per sandbox; a create that later finds it gone forgets it (see
 // forgetImage) and the next ensureImage pulls again.
 func (ds *DockerService) ensureImage(ctx context.Context, ref string) error {
-	ds.mu.Lock()
-	present := ds.imagePresent[ref]
-	ds.mu.Unlock()
-	if present {
+	if ds.images.present.has(ref) {
 		return nil
 	}
 	_, err := ds.client.ImageInspect(ctx, ref)
@@ -32,43 +29,27 @@ func (ds *DockerService) ensureImage(ctx context.Context, ref string) error {
 	if err != nil {
 		return fmt.Errorf("ensuring image %s is present: %w", ref, err)
 	}
-	ds.mu.Lock()
-	ds.imagePresent[ref] = true
-	ds.mu.Unlock()
+	ds.images.present.mark(ref)
 	return nil
 }
 
-func (ds *DockerService) forgetImage(ref string) {
-	ds.mu.Lock()
-	delete(ds.imagePresent, ref)
-	ds.mu.Unlock()
-}
+func (ds *DockerService) forgetImage(ref string) { ds.images.present.forget(ref) }
 
 // markImagePresent records refs (as callers of ensureImage spell them) as
 // present.
-func (ds *DockerService) markImagePresent(refs ...string) {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	for _, r := range refs {
-		ds.imagePresent[r] = true
-	}
-}
+func (ds *DockerService) markImagePresent(refs ...string) { ds.images.present.mark(refs...) }
 
 // forgetImageRefs forgets every remembered image whose key, as given or
 // normalised, is one of gone (normalised references and IDs of a removed
 // image), so ensureImage checks again however its caller spelled it.
 func (ds *DockerService) forgetImageRefs(gone map[string]bool) {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	for key := range ds.imagePresent {
+	ds.images.present.forgetIf(func(key string) bool {
 		norm := key
 		if named, err := normalizeImageName(key); err == nil {
 			norm = named.String()
 		}
-		if gone[key] || gone[norm] {
-			delete(ds.imagePresent, key)
-		}
-	}
+		return gone[key] || gone[norm]
+	})
 }
 
 // DefaultImagePullProgressDeadline is how long a pull may go without a

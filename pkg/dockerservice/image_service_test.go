@@ -49,10 +49,11 @@ func (e *testEnv) listImages(t *testing.T, filter string) []*runtimeapi.Image {
 	return resp.Images
 }
 
+// presentImages lists the references remembered as present, for messages.
+func (e *testEnv) presentImages() []string { return e.ds.images.present.list() }
+
 func (e *testEnv) imageRemembered(ref string) bool {
-	e.ds.mu.Lock()
-	defer e.ds.mu.Unlock()
-	return e.ds.imagePresent[ref]
+	return e.ds.images.present.has(ref)
 }
 
 func TestPullImageNormalisesAndReturnsImageID(t *testing.T) {
@@ -72,7 +73,7 @@ func TestPullImageNormalisesAndReturnsImageID(t *testing.T) {
 		t.Errorf("anonymous pull sent credentials %q", got)
 	}
 	if !e.imageRemembered("busybox") || !e.imageRemembered(full) {
-		t.Errorf("pulled image not remembered as present under its spec and normalised name: %v", e.ds.imagePresent)
+		t.Errorf("pulled image not remembered as present under its spec and normalised name: %v", e.presentImages())
 	}
 	// ensureImage trusts the mark: no Docker call.
 	e.docker.ResetCalls()
@@ -315,7 +316,7 @@ func TestRemoveImageRemovesAllTagsAndIsIdempotent(t *testing.T) {
 		t.Errorf("image still has a status after RemoveImage")
 	}
 	if e.imageRemembered("busybox") || e.imageRemembered("quay.io/x/app:v1") {
-		t.Errorf("removed image still remembered as present: %v", e.ds.imagePresent)
+		t.Errorf("removed image still remembered as present: %v", e.presentImages())
 	}
 	if !e.imageRemembered(testPauseImage) {
 		t.Errorf("RemoveImage forgot an unrelated image")

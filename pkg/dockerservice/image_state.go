@@ -1,15 +1,69 @@
 package dockerservice
 
 import (
+	"maps"
+	"slices"
 	"sync"
 )
 
 // imageState is what the ImageService keeps between calls: what
-// ListImages needs of images beyond Docker's list, by ID, and the image
-// filesystem usage cache.
+// ListImages needs of images beyond Docker's list, by ID, the image
+// filesystem usage cache, and the images known to be present. Each part
+// has its own lock: they change apart.
 type imageState struct {
-	users userCache
-	fs    fsUsageCache
+	users   userCache
+	fs      fsUsageCache
+	present presentImages
+}
+
+// presentImages remembers the images known to exist locally, by the
+// reference their users gave, so that the pause image costs no Docker
+// call per sandbox (image_ensure.go).
+type presentImages struct {
+	mu   sync.Mutex
+	refs map[string]bool
+}
+
+func (p *presentImages) has(ref string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refs[ref]
+}
+
+func (p *presentImages) mark(refs ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refs == nil {
+		p.refs = map[string]bool{}
+	}
+	for _, r := range refs {
+		p.refs[r] = true
+	}
+}
+
+func (p *presentImages) forget(ref string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.refs, ref)
+}
+
+// list returns the references remembered, sorted.
+func (p *presentImages) list() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.refs))
+}
+
+// forgetIf forgets every reference gone reports true for; gone runs
+// under the lock.
+func (p *presentImages) forgetIf(gone func(ref string) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ref := range p.refs {
+		if gone(ref) {
+			delete(p.refs, ref)
+		}
+	}
 }
 
 // cachedImage is what ImageInspect told of an image that ImageList does

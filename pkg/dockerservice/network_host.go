@@ -82,17 +82,13 @@ func (h *networkHost) ListSandboxes(_ context.Context) ([]string, error) {
 	if err := h.ds.requireSynced(); err != nil {
 		return nil, err
 	}
-	h.ds.mu.Lock()
-	ids := make([]string, 0, len(h.ds.sandboxes))
-	for id := range h.ds.sandboxes {
-		ids = append(ids, id)
-	}
 	// A sandbox whose checkpoint could not be read is still netshim's:
 	// GC must not free what it holds.
-	for id := range h.ds.checkpointIssues {
+	known := h.ds.pods.KnownIDs()
+	ids := make([]string, 0, len(known))
+	for id := range known {
 		ids = append(ids, id)
 	}
-	h.ds.mu.Unlock()
 	for _, r := range h.ds.store.List(store.KindSandbox) {
 		ids = append(ids, r.ID)
 	}

@@ -414,9 +414,7 @@ func (ds *DockerService) readEngineRuntimes(ctx context.Context) (*engineRuntime
 // liveAPIVersion is the API version negotiated now, else the one the
 // runtimes were read with: features follow the engine netshim talks to.
 func (ds *DockerService) liveAPIVersion(r *engineRuntimes) string {
-	ds.mu.Lock()
-	v := ds.apiVersion
-	ds.mu.Unlock()
+	_, v := ds.versions.get()
 	if v == "" && r != nil {
 		v = r.apiVersion
 	}

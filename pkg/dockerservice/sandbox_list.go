@@ -69,10 +69,9 @@ func (ds *DockerService) checkpointOnlySandboxes(seen map[string]bool, f *runtim
 	if len(f.GetLabelSelector()) > 0 || (f.GetState() != nil && f.GetState().State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY) {
 		return nil
 	}
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
 	var out []*runtimeapi.PodSandbox
-	for id, cp := range ds.sandboxes {
+	for _, cp := range ds.pods.All() {
+		id := cp.SandboxID
 		if seen[id] || !strings.HasPrefix(id, f.GetId()) {
 			continue
 		}

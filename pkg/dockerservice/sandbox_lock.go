@@ -37,7 +37,7 @@ func (ds *DockerService) lockSandbox(ctx context.Context, id string) (ref sandbo
 	if err != nil || !found {
 		return ref, found, nil, err
 	}
-	unlock, err = ds.lifecycle.Lock(ctx, ref.id)
+	unlock, err = ds.pods.Lock(ctx, ref.id)
 	if err != nil {
 		return ref, false, nil, fmt.Errorf("waiting for another operation on pod sandbox %s to finish: %w", ref.id, err)
 	}

@@ -246,13 +246,11 @@ func (ds *DockerService) sweepPinnedNetNS() {
 		return
 	}
 	used := map[string]bool{}
-	ds.mu.Lock()
-	for _, cp := range ds.sandboxes {
+	for _, cp := range ds.pods.All() {
 		for _, f := range pauselessFiles(cp) {
 			used[f] = true
 		}
 	}
-	ds.mu.Unlock()
 	for _, r := range ds.store.List(store.KindSandbox) {
 		if path := r.DockerLabels[labelNetNS]; path != "" {
 			used[path] = true

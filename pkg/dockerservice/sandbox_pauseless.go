@@ -147,7 +147,7 @@ func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeap
 
 	// Nobody knows the ID yet; the lock keeps a Stop or Remove of a client
 	// that lists the sandbox from interleaving with its setup or undo.
-	unlock, err := ds.lifecycle.Lock(backgroundCtx(ctx), id)
+	unlock, err := ds.pods.Lock(backgroundCtx(ctx), id)
 	if err != nil {
 		done()
 		ds.removePauselessFiles(ctx, cp)
@@ -293,14 +293,7 @@ func pauselessRecord(cp *checkpoint.PodSandbox, extra any, state store.State) *s
 // NOTREADY for kubelet to stop and remove, and the start-up teardown
 // releases what they hold.
 func (ds *DockerService) restorePauselessSandboxes() {
-	ds.mu.Lock()
-	var cps []*checkpoint.PodSandbox
-	for _, cp := range ds.sandboxes {
-		if cp.Pauseless != nil {
-			cps = append(cps, cp)
-		}
-	}
-	ds.mu.Unlock()
+	cps := ds.pods.Select(func(cp *checkpoint.PodSandbox) bool { return cp.Pauseless != nil })
 	for _, cp := range cps {
 		kind, extra := decodeOwned(cp.SandboxID, cp.Pauseless.Labels)
 		if kind != store.KindSandbox {

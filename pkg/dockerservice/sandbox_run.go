@@ -132,7 +132,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	// the ID yet, so the lock is free; holding it until we answer keeps a
 	// Stop or Remove (from crictl, or a client that listed the sandbox)
 	// from interleaving with the setup, its checkpoint writes or its undo.
-	unlock, err := ds.lifecycle.Lock(backgroundCtx(ctx), id)
+	unlock, err := ds.pods.Lock(backgroundCtx(ctx), id)
 	if err != nil {
 		// Cannot happen with a context that is never cancelled; if it
 		// ever did, the container just made must not be left behind.
@@ -359,17 +359,11 @@ func (ds *DockerService) existingSandbox(ctx context.Context, name string, md *r
 // reserveName refuses a second concurrent RunPodSandbox for the same pod
 // and attempt: the first one decides what exists.
 func (ds *DockerService) reserveName(name string) (func(), error) {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	if ds.creating[name] {
+	release, ok := ds.pods.Reserve(name)
+	if !ok {
 		return nil, withCode(codes.Aborted, fmt.Errorf("pod sandbox %s is already being created; retry later", name))
 	}
-	ds.creating[name] = true
-	return func() {
-		ds.mu.Lock()
-		delete(ds.creating, name)
-		ds.mu.Unlock()
-	}, nil
+	return release, nil
 }
 
 // sandboxDockerConfig maps a CRI sandbox config to Docker's; cgroupParent

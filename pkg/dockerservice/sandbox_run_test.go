@@ -143,9 +143,7 @@ func TestFailedUndoIsNeverReady(t *testing.T) {
 	}
 	// Even with its checkpoint lost, a running container is not READY.
 	id := list.Items[0].Id
-	e.ds.mu.Lock()
-	delete(e.ds.sandboxes, id)
-	e.ds.mu.Unlock()
+	e.ds.pods.Delete(id)
 	if st := e.ds.sandboxState(id, true); st != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
 		t.Errorf("running sandbox without a checkpoint is %v, want NOTREADY", st)
 	}

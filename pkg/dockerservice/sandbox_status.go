@@ -165,20 +165,12 @@ func (ds *DockerService) checkSandboxNetwork(ctx context.Context, ref sandboxRef
 }
 
 // refreshPauselessPinned looks at every running pause-less sandbox's
-// pinned files and bumps the local state when one's changed since the
+// pinned files and bumps the pod state's generation when one's changed since the
 // last look, so that ListPodSandbox's cached answer (wire_cache.go),
 // which the files are no part of, is built again.
 func (ds *DockerService) refreshPauselessPinned() {
-	ds.mu.Lock()
-	var cps []*checkpoint.PodSandbox
-	for _, cp := range ds.sandboxes {
-		if cp.Pauseless != nil && !cp.Pauseless.Stopped {
-			cps = append(cps, cp)
-		}
-	}
-	none := len(cps) == 0 && len(ds.unpinned) == 0
-	ds.mu.Unlock()
-	if none {
+	cps := ds.pods.Select(func(cp *checkpoint.PodSandbox) bool { return cp.Pauseless != nil && !cp.Pauseless.Stopped })
+	if len(cps) == 0 && !ds.pods.HasUnpinned() {
 		return // outside the pause-less mode, the usual case: nothing to look at
 	}
 	gone := map[string]bool{}
@@ -187,16 +179,5 @@ func (ds *DockerService) refreshPauselessPinned() {
 			gone[cp.SandboxID] = true
 		}
 	}
-	ds.mu.Lock()
-	changed := len(gone) != len(ds.unpinned)
-	for id := range gone {
-		changed = changed || !ds.unpinned[id]
-	}
-	if changed {
-		ds.unpinned = gone
-	}
-	ds.mu.Unlock()
-	if changed {
-		ds.bumpLocalState()
-	}
+	ds.pods.SetUnpinned(gone) // a change bumps the generation the cache is keyed by
 }

@@ -185,22 +185,17 @@ func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandbox
 // markTeardown records a teardown mark in the sandbox's checkpoint, on
 // disk and in memory; in memory alone if the write fails (logged).
 func (ds *DockerService) markTeardown(ctx context.Context, id string, mark func(*checkpoint.PodSandbox)) {
-	ds.mu.Lock()
-	cur, ok := ds.sandboxes[id]
-	ds.mu.Unlock()
-	if !ok {
+	cur := ds.pods.Get(id)
+	if cur == nil {
 		return
 	}
 	updated := *cur
 	mark(&updated)
 	if err := ds.putCheckpoint(&updated); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to record the network teardown in the sandbox's checkpoint; keeping it in memory", "podSandboxID", id)
-		ds.mu.Lock()
-		if _, still := ds.sandboxes[id]; still {
-			ds.sandboxes[id] = &updated
+		if ds.pods.Replace(&updated) {
+			ds.checkpointChanged(id)
 		}
-		ds.mu.Unlock()
-		ds.checkpointChanged(id)
 	}
 }
 

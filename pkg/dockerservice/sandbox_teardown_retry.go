@@ -51,14 +51,8 @@ func (ds *DockerService) startupTearDownRef(id string) (sandboxRef, bool) {
 
 // pendingTearDowns lists the sandboxes the start-up retry must tear down.
 func (ds *DockerService) pendingTearDowns() []string {
-	ds.mu.Lock()
-	ids := make([]string, 0, len(ds.sandboxes))
-	for id := range ds.sandboxes {
-		ids = append(ids, id)
-	}
-	ds.mu.Unlock()
 	var out []string
-	for _, id := range ids {
+	for _, id := range ds.pods.IDs() {
 		if _, ok := ds.startupTearDownRef(id); ok {
 			out = append(out, id)
 		}
@@ -102,7 +96,7 @@ func (ds *DockerService) retryTearDown(ctx context.Context, id string, sem chan 
 		// Checked with the slot and the sandbox's lock held, so that a
 		// Stop, Remove or RunPodSandbox that ran while this attempt
 		// waited is seen and none runs alongside it.
-		unlock, err := ds.lifecycle.Lock(ctx, id)
+		unlock, err := ds.pods.Lock(ctx, id)
 		if err != nil {
 			<-sem
 			return

@@ -21,8 +21,8 @@ import (
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/index"
+	"github.com/netshim/netshim/pkg/dockerservice/podstate"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
-	"github.com/netshim/netshim/pkg/keylock"
 	"github.com/netshim/netshim/pkg/layerusage"
 	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
@@ -104,12 +104,9 @@ type DockerService struct {
 	// ociKey signs the markers naming pinned namespaces (podns.KeyFile in
 	// --netns-dir), which the OCI wrapper applies only with its MAC: an
 	// image's ENV cannot name a namespace. nil without a --netns-dir.
-	ociKey *podns.Key
-	// unpinned are the pause-less sandboxes last seen without their
-	// pinned files (sandbox_status.go, refreshPauselessPinned); under mu.
-	unpinned map[string]bool
-	pinMu    sync.Mutex
-	pinning  map[string]bool
+	ociKey  *podns.Key
+	pinMu   sync.Mutex
+	pinning map[string]bool
 	// writeSysctls writes a pod's sysctls into its pinned namespaces,
 	// before the CNI ADD (podns.WriteSysctls; sandbox_sysctls.go).
 	writeSysctls func(podns.Paths, map[string]string) error
@@ -118,48 +115,35 @@ type DockerService struct {
 	// (engineNetSysctlDefaults; sandbox_sysctls.go).
 	netSysctlDefaults map[string]string
 
-	// lifecycle serialises RunPodSandbox (from the moment its container
-	// exists), StopPodSandbox, RemovePodSandbox and the start-up teardown
-	// of one sandbox, together with the writes of its checkpoint's disk
-	// and memory copies (sandbox_lock.go).
-	lifecycle keylock.Locks
+	// pods is netshim's own state of the sandboxes: the checkpoint
+	// mirror, the checkpoints that could not be loaded at start-up
+	// (rebuilt after the first sync, checkpoint_recover.go), the names
+	// being created, and each sandbox's lifecycle lock, which serialises
+	// RunPodSandbox (from the moment its container exists),
+	// StopPodSandbox, RemovePodSandbox and the start-up teardown of one
+	// sandbox, together with the writes of its checkpoint's disk and
+	// memory copies (sandbox_lock.go).
+	pods *podstate.Store
 
-	mu sync.Mutex
-	// sandboxes mirrors the checkpoint files, so hot paths never read
-	// them from disk.
-	sandboxes map[string]*checkpoint.PodSandbox
-	// checkpointIssues holds, per sandbox ID, why its checkpoint could not
-	// be loaded at start-up (corrupt, newer version, unreadable). Status
-	// reports them; the sandbox is rebuilt from what is still known after
-	// the first sync (checkpoint_recover.go) and kept out of the network
-	// GC's reach.
-	checkpointIssues map[string]checkpointIssue
 	// adoptedImages names the images of containers taken over from
-	// cri-dockerd, by image ID (adopt.go).
-	adoptedImages map[string]adoptedImage
-	// recoverOnce runs the rebuild of those sandboxes after the first
-	// index sync.
+	// cri-dockerd, by image ID: set once after the first sync, read by
+	// ContainerStatus (adopt.go).
+	adoptedImages atomic.Pointer[map[string]adoptedImage]
+	// recoverOnce runs the rebuild of the sandboxes whose checkpoint
+	// could not be loaded, after the first index sync.
 	recoverOnce sync.Once
-	// localGen counts changes of the state kept outside the index, and
 	// sandboxListWire and containerListWire cache the encoded
-	// ListPodSandbox and ListContainers answers kubelet polls
-	// (wire_cache.go).
-	localGen          atomic.Uint64
+	// ListPodSandbox and ListContainers answers kubelet polls, keyed by
+	// the generations of the index's store and of pods (wire_cache.go).
 	sandboxListWire   listCache
 	containerListWire listCache
-	// creating holds sandbox names with a RunPodSandbox in flight.
-	creating map[string]bool
-	// imagePresent remembers images known to exist locally.
-	imagePresent map[string]bool
 	// engineSession counts the events streams that synced the index: a
 	// dockerd restart starts a new one (settings read of the engine are
 	// read again then).
 	engineSession atomic.Uint64
-	// dockerVersion is the engine's version, read when the events stream
-	// connects.
-	dockerVersion string
-	// apiVersion is the negotiated Docker API version (docker.go).
-	apiVersion string
+	// versions are the engine's version, read when the events stream
+	// connects, and the negotiated API version (docker.go).
+	versions engineVersions
 	// startupTearDown starts the teardown retry of dead sandboxes after
 	// the first index sync (sandbox_teardown_retry.go).
 	startupTearDown sync.Once
@@ -176,12 +160,8 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		cfg:               cfg,
 		client:            client,
 		checkpoints:       checkpoints,
-		sandboxes:         map[string]*checkpoint.PodSandbox{},
-		checkpointIssues:  map[string]checkpointIssue{},
-		creating:          map[string]bool{},
-		imagePresent:      map[string]bool{},
+		pods:              podstate.New(),
 		pinning:           map[string]bool{},
-		unpinned:          map[string]bool{},
 		writeSysctls:      podns.WriteSysctls,
 		netSysctlDefaults: engineNetSysctlDefaults(hostHasSysctl),
 		containers:        newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
@@ -249,32 +229,30 @@ func (ds *DockerService) loadCheckpoints() error {
 				ce *checkpoint.CorruptError
 				ue *checkpoint.UnsupportedVersionError
 			)
-			issue := checkpointIssue{err: err.Error()}
+			issue := podstate.Issue{Err: err.Error()}
 			switch {
 			case errors.As(err, &ce):
 				// The path is free again: the rebuilt checkpoint
 				// can be written there.
-				issue.rewrite = ce.MovedTo != ""
+				issue.Rewrite = ce.MovedTo != ""
 				klog.ErrorS(err, "Corrupt sandbox checkpoint set aside; the sandbox will be rebuilt from its container and the CNI cache", "podSandboxID", id, "movedTo", ce.MovedTo)
 			case errors.As(err, &ue):
 				klog.ErrorS(err, "Sandbox checkpoint from a newer netshim left in place; the sandbox will be rebuilt in memory from its container and the CNI cache", "podSandboxID", id)
 			default:
 				klog.ErrorS(err, "Unreadable sandbox checkpoint skipped; the sandbox will be rebuilt in memory from its container and the CNI cache", "podSandboxID", id)
 			}
-			ds.checkpointIssues[id] = issue
+			ds.pods.SetIssue(id, issue)
 			continue
 		}
-		ds.sandboxes[id] = cp
+		ds.pods.Put(cp)
 	}
-	klog.InfoS("Loaded sandbox checkpoints", "count", len(ds.sandboxes), "skipped", len(ds.checkpointIssues))
+	klog.InfoS("Loaded sandbox checkpoints", "count", ds.pods.Len(), "skipped", len(ds.pods.Issues()))
 	return nil
 }
 
 // getCheckpoint returns the cached checkpoint of a sandbox, or nil.
 func (ds *DockerService) getCheckpoint(id string) *checkpoint.PodSandbox {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	return ds.sandboxes[id]
+	return ds.pods.Get(id)
 }
 
 // putCheckpoint writes a checkpoint to disk, then to the mirror.
@@ -282,9 +260,7 @@ func (ds *DockerService) putCheckpoint(cp *checkpoint.PodSandbox) error {
 	if err := ds.checkpoints.Put(cp); err != nil {
 		return fmt.Errorf("writing checkpoint of sandbox %s: %w", cp.SandboxID, err)
 	}
-	ds.mu.Lock()
-	ds.sandboxes[cp.SandboxID] = cp
-	ds.mu.Unlock()
+	ds.pods.Put(cp)
 	ds.checkpointChanged(cp.SandboxID)
 	return nil
 }
@@ -294,10 +270,7 @@ func (ds *DockerService) removeCheckpoint(id string) error {
 	if err := ds.checkpoints.Remove(id); err != nil {
 		return fmt.Errorf("removing checkpoint of sandbox %s: %w", id, err)
 	}
-	ds.mu.Lock()
-	delete(ds.sandboxes, id)
-	delete(ds.checkpointIssues, id)
-	ds.mu.Unlock()
+	ds.pods.Delete(id)
 	ds.checkpointChanged(id)
 	return nil
 }

@@ -229,7 +229,5 @@ func (ds *DockerService) refreshVersion(ctx context.Context) {
 		klog.ErrorS(err, "Failed to read Docker's version")
 		return
 	}
-	ds.mu.Lock()
-	ds.dockerVersion = v.Version
-	ds.mu.Unlock()
+	ds.versions.setEngine(v.Version)
 }

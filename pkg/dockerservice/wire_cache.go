@@ -28,18 +28,14 @@ type encodedResponse struct {
 // stateKey identifies a state of everything a cached answer derives from.
 type stateKey struct {
 	storeGen uint64
-	localGen uint64
+	podsGen  uint64
 }
 
 // stateKey returns the current key. Taken before an answer is built: if
 // the state changes while it is built, the next call rebuilds.
 func (ds *DockerService) currentStateKey() stateKey {
-	return stateKey{storeGen: ds.store.Generation(), localGen: ds.localGen.Load()}
+	return stateKey{storeGen: ds.store.Generation(), podsGen: ds.pods.Generation()}
 }
-
-// bumpLocalState marks a change of state kept outside the index
-// (checkpoints, sandboxes being set up).
-func (ds *DockerService) bumpLocalState() { ds.localGen.Add(1) }
 
 // cachedOrBuild returns the answer cached in slot for the current state,
 // or builds, encodes and caches a new one.

@@ -1,0 +1,225 @@
+// Package podstate is netshim's own state of pod sandboxes, the part the
+// engine does not keep: the in-memory mirror of the checkpoint files (so
+// that no hot path reads them from disk), why a checkpoint could not be
+// loaded at start-up, the names of sandboxes a RunPodSandbox is creating,
+// the pause-less sandboxes last seen without their pinned files, and the
+// lock that serialises one sandbox's lifecycle.
+//
+// The store owns its lock and hands out no map. Checkpoint records are
+// immutable once stored, like the index's records (package store): a
+// change stores a modified copy, so a reader holds a plain pointer and
+// never sees a record half-written. Every change of what the store holds
+// bumps its generation, which the caches of the answers kubelet polls
+// are keyed by.
+package podstate
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/keylock"
+)
+
+// Issue is why a sandbox's checkpoint could not be loaded.
+type Issue struct {
+	Err string
+	// Rewrite is set when the file was moved aside (corrupt): the
+	// rebuilt checkpoint is written in its place. A newer version's file
+	// is left for the netshim that wrote it, and an unreadable one cannot
+	// be trusted to take a write: those are rebuilt in memory only.
+	Rewrite bool
+}
+
+// Store holds the state of the sandboxes netshim knows. The zero value is
+// not usable; call New.
+type Store struct {
+	// lifecycle serialises the steps of one sandbox (run, stop, remove,
+	// start-up teardown and recovery) and the writes of its checkpoint's
+	// disk and memory copies; different sandboxes proceed in parallel.
+	lifecycle keylock.Locks
+	gen       atomic.Uint64
+
+	mu        sync.Mutex
+	sandboxes map[string]*checkpoint.PodSandbox
+	issues    map[string]Issue
+	creating  map[string]bool
+	unpinned  map[string]bool
+}
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		sandboxes: map[string]*checkpoint.PodSandbox{},
+		issues:    map[string]Issue{},
+		creating:  map[string]bool{},
+		unpinned:  map[string]bool{},
+	}
+}
+
+// Generation changes whenever the sandboxes, the load issues or the set of
+// unpinned sandboxes change. It is bumped after the change is made, so an
+// answer built after reading a generation is at least as new as it.
+func (s *Store) Generation() uint64 { return s.gen.Load() }
+
+// changed bumps the generation; called with mu held, after the change.
+func (s *Store) changed() { s.gen.Add(1) }
+
+// Lock takes the lifecycle lock of one sandbox, waiting at most as long as
+// ctx allows.
+func (s *Store) Lock(ctx context.Context, id string) (unlock func(), err error) {
+	return s.lifecycle.Lock(ctx, id)
+}
+
+// Get returns the checkpoint of a sandbox, or nil. The record must not be
+// modified.
+func (s *Store) Get(id string) *checkpoint.PodSandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sandboxes[id]
+}
+
+// Put stores the checkpoint of a sandbox, replacing its previous one. The
+// store keeps cp: the caller must not modify it afterwards.
+func (s *Store) Put(cp *checkpoint.PodSandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sandboxes[cp.SandboxID] = cp
+	s.changed()
+}
+
+// Replace stores cp in place of the sandbox's checkpoint only if the store
+// still holds one: a change made while the sandbox was being removed must
+// not bring it back. It reports whether cp was stored.
+func (s *Store) Replace(cp *checkpoint.PodSandbox) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.sandboxes[cp.SandboxID]; !ok {
+		return false
+	}
+	s.sandboxes[cp.SandboxID] = cp
+	s.changed()
+	return true
+}
+
+// Delete forgets a sandbox: its checkpoint and its load issue.
+func (s *Store) Delete(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.sandboxes, id)
+	delete(s.issues, id)
+	s.changed()
+}
+
+// All returns the checkpoints of every sandbox, in no particular order.
+// The records must not be modified.
+func (s *Store) All() []*checkpoint.PodSandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Values(s.sandboxes))
+}
+
+// Select returns the checkpoints keep accepts, in no particular order,
+// without copying the others: ListPodSandbox calls it on every poll. keep
+// runs under the store's lock and must not call the store. The records
+// must not be modified.
+func (s *Store) Select(keep func(*checkpoint.PodSandbox) bool) []*checkpoint.PodSandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*checkpoint.PodSandbox
+	for _, cp := range s.sandboxes {
+		if keep(cp) {
+			out = append(out, cp)
+		}
+	}
+	return out
+}
+
+// Len is the number of sandboxes with a checkpoint.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sandboxes)
+}
+
+// IDs returns the IDs of the sandboxes with a checkpoint, sorted.
+func (s *Store) IDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.sandboxes))
+}
+
+// KnownIDs returns the IDs of the sandboxes with a checkpoint and of those
+// whose checkpoint could not be loaded: every sandbox whose network
+// netshim may still hold.
+func (s *Store) KnownIDs() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make(map[string]bool, len(s.sandboxes)+len(s.issues))
+	for id := range s.sandboxes {
+		ids[id] = true
+	}
+	for id := range s.issues {
+		ids[id] = true
+	}
+	return ids
+}
+
+// SetIssue records why a sandbox's checkpoint could not be loaded.
+func (s *Store) SetIssue(id string, issue Issue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.issues[id] = issue
+	s.changed()
+}
+
+// Issues returns a copy of the load issues, by sandbox ID.
+func (s *Store) Issues() map[string]Issue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.issues)
+}
+
+// Reserve marks a sandbox name as being created. It reports false if a
+// creation of that name is already in flight; otherwise release ends the
+// reservation.
+func (s *Store) Reserve(name string) (release func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.creating[name] {
+		return nil, false
+	}
+	s.creating[name] = true
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.creating, name)
+	}, true
+}
+
+// HasUnpinned reports whether any sandbox was last seen without its
+// pinned files.
+func (s *Store) HasUnpinned() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.unpinned) > 0
+}
+
+// SetUnpinned records the sandboxes now seen without their pinned files,
+// and reports whether that set changed (and with it the generation).
+func (s *Store) SetUnpinned(gone map[string]bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := len(gone) != len(s.unpinned)
+	for id := range gone {
+		changed = changed || !s.unpinned[id]
+	}
+	if changed {
+		s.unpinned = maps.Clone(gone)
+		s.changed()
+	}
+	return changed
+}

@@ -1,0 +1,201 @@
+package podstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+)
+
+func cp(id string) *checkpoint.PodSandbox {
+	return &checkpoint.PodSandbox{Version: checkpoint.CurrentVersion, SandboxID: id, Name: "pod-" + id}
+}
+
+func TestChangesBumpTheGenerationReadsDoNot(t *testing.T) {
+	s := New()
+	s.Put(cp("a"))
+	s.SetIssue("b", Issue{Err: "corrupt"})
+	tests := []struct {
+		name   string
+		op     func()
+		bumped bool
+	}{
+		{"Put", func() { s.Put(cp("c")) }, true},
+		{"Replace of a present sandbox", func() { s.Replace(cp("a")) }, true},
+		{"Replace of a removed sandbox", func() { s.Replace(cp("gone")) }, false},
+		{"Delete", func() { s.Delete("c") }, true},
+		{"SetIssue", func() { s.SetIssue("d", Issue{Err: "unreadable"}) }, true},
+		{"SetUnpinned with a new set", func() { s.SetUnpinned(map[string]bool{"a": true}) }, true},
+		{"SetUnpinned with the same set", func() { s.SetUnpinned(map[string]bool{"a": true}) }, false},
+		{"SetUnpinned emptied", func() { s.SetUnpinned(nil) }, true},
+		{"Get", func() { s.Get("a") }, false},
+		{"All", func() { s.All() }, false},
+		{"Select", func() { s.Select(func(*checkpoint.PodSandbox) bool { return true }) }, false},
+		{"IDs", func() { s.IDs() }, false},
+		{"KnownIDs", func() { s.KnownIDs() }, false},
+		{"Issues", func() { s.Issues() }, false},
+		{"Reserve", func() {
+			if release, ok := s.Reserve("pod_ns_uid_0"); ok {
+				release()
+			}
+		}, false},
+	}
+	for _, tt := range tests {
+		before := s.Generation()
+		tt.op()
+		if bumped := s.Generation() != before; bumped != tt.bumped {
+			t.Errorf("%s: generation bumped %v, want %v", tt.name, bumped, tt.bumped)
+		}
+	}
+}
+
+func TestReplaceNeverBringsBackARemovedSandbox(t *testing.T) {
+	s := New()
+	s.Put(cp("a"))
+	updated := *s.Get("a")
+	updated.NetworkTornDown = true
+	if !s.Replace(&updated) {
+		t.Fatal("Replace of a present sandbox reported false")
+	}
+	if got := s.Get("a"); got == nil || !got.NetworkTornDown {
+		t.Fatalf("after Replace: %+v, want the updated record", got)
+	}
+	s.Delete("a")
+	if s.Replace(&updated) {
+		t.Error("Replace after Delete reported true")
+	}
+	if got := s.Get("a"); got != nil {
+		t.Errorf("Replace after Delete brought the sandbox back: %+v", got)
+	}
+}
+
+func TestDeleteForgetsTheIssueToo(t *testing.T) {
+	s := New()
+	s.Put(cp("a"))
+	s.SetIssue("b", Issue{Err: "corrupt", Rewrite: true})
+	if got, want := s.KnownIDs(), map[string]bool{"a": true, "b": true}; !maps.Equal(got, want) {
+		t.Errorf("KnownIDs = %v, want %v", got, want)
+	}
+	if got := s.IDs(); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("IDs = %v, want [a] (an issue has no checkpoint)", got)
+	}
+	issues := s.Issues()
+	issues["c"] = Issue{Err: "caller's copy"}
+	if got := s.Issues(); len(got) != 1 || !got["b"].Rewrite {
+		t.Errorf("Issues = %v, want only b's, unchanged by the caller's copy", got)
+	}
+	s.Delete("b")
+	if got := s.Issues(); len(got) != 0 {
+		t.Errorf("Issues after Delete = %v, want none", got)
+	}
+}
+
+func TestSelectAndAll(t *testing.T) {
+	s := New()
+	for _, id := range []string{"a", "b", "c"} {
+		c := cp(id)
+		if id != "b" {
+			c.Pauseless = &checkpoint.Pauseless{}
+		}
+		s.Put(c)
+	}
+	var got []string
+	for _, c := range s.Select(func(c *checkpoint.PodSandbox) bool { return c.Pauseless != nil }) {
+		got = append(got, c.SandboxID)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "c"}) {
+		t.Errorf("Select = %v, want [a c]", got)
+	}
+	if n := len(s.All()); n != 3 || s.Len() != 3 {
+		t.Errorf("All has %d, Len %d; want 3", n, s.Len())
+	}
+}
+
+func TestReserveRefusesASecondCreationOfTheName(t *testing.T) {
+	s := New()
+	release, ok := s.Reserve("web_default_uid_0")
+	if !ok {
+		t.Fatal("first Reserve refused")
+	}
+	if _, ok := s.Reserve("web_default_uid_0"); ok {
+		t.Error("second Reserve of a name in flight accepted")
+	}
+	if _, ok := s.Reserve("web_default_uid_1"); !ok {
+		t.Error("Reserve of another name refused")
+	}
+	release()
+	if _, ok := s.Reserve("web_default_uid_0"); !ok {
+		t.Error("Reserve after release refused")
+	}
+}
+
+func TestSetUnpinnedKeepsItsOwnCopy(t *testing.T) {
+	s := New()
+	gone := map[string]bool{"a": true}
+	if !s.SetUnpinned(gone) || !s.HasUnpinned() {
+		t.Fatal("first SetUnpinned not recorded")
+	}
+	gone["b"] = true // the caller's map, changed afterwards
+	if !s.SetUnpinned(map[string]bool{"a": true, "b": true}) {
+		t.Error("a set grown by b reported unchanged: the store kept the caller's map")
+	}
+}
+
+func TestLifecycleLockIsPerSandbox(t *testing.T) {
+	s := New()
+	unlock, err := s.Lock(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.Lock(context.Background(), "b")
+	if err != nil {
+		t.Fatalf("another sandbox's lock waited: %v", err)
+	}
+	other()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Lock(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second Lock of a held sandbox: %v, want the context's deadline", err)
+	}
+	unlock()
+	again, err := s.Lock(context.Background(), "a")
+	if err != nil {
+		t.Fatalf("Lock after unlock: %v", err)
+	}
+	again()
+}
+
+// The race detector checks that every path holds the store's lock.
+func TestConcurrentUse(t *testing.T) {
+	s := New()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				id := fmt.Sprintf("%d-%d", w, i%10)
+				s.Put(cp(id))
+				s.Replace(cp(id))
+				s.Select(func(c *checkpoint.PodSandbox) bool { return c.Pauseless != nil })
+				s.KnownIDs()
+				s.SetUnpinned(map[string]bool{id: true})
+				if release, ok := s.Reserve(id); ok {
+					release()
+				}
+				s.Delete(id)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := s.Len(); n != 0 {
+		t.Errorf("%d sandboxes left after every one was deleted", n)
+	}
+}
