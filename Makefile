@@ -440,10 +440,10 @@ e2e-vm:
 node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
-## test: lint, unit, test-deb, fuzz, e2e, e2e-docker-netns, e2e-faults, soak (3 minutes a mode), conformance (critest), test-pauseless (e2e and
-# critest), e2e-kubelet (kubelet v1.37), then e2e-vm in the background while test-docker29 (e2e and critest on Docker 29), e2e-cluster,
-# e2e-multinode (with conformance-cluster-quick's subset on its cluster), e2e-takeover and node-conformance-quick run (all run; fails if
-# any failed; in the order the background builds finish what each needs); the summary gives each one's
+## test: lint, unit, test-deb, fuzz, e2e, e2e-docker-netns, e2e-faults, then e2e-vm in the background while soak (3 minutes a mode),
+# conformance (critest), test-pauseless (e2e and critest), e2e-kubelet (kubelet v1.37), test-docker29 (e2e and critest on Docker 29),
+# e2e-cluster, e2e-multinode (with conformance-cluster-quick's subset on its cluster), e2e-takeover and node-conformance-quick run (all
+# run; fails if any failed; in the order the background builds finish what each needs); the summary gives each one's
 # time. What it leaves to the targets themselves, because another suite of make test covers it: e2e-kubelet on kubelet
 # v1.36 (which e2e-takeover, e2e-cluster and node-conformance-quick run) and test-pauseless's kubelet e2e (e2e-vm runs
 # kubelet v1.37 on pause-less pods, with and without the CRI stats gate). `make e2e-kubelet test-pauseless` runs them all.
@@ -456,8 +456,10 @@ node-e2e-images: dockerd-start
 # - a target written bg:NAME runs in the background from that point on, its output in _output/test-NAME.out, shown at
 #   the end: e2e-vm, whose node touches nothing of the host's (engine, cgroups, network), so it cannot disturb the
 #   suites beside it.
-TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults soak conformance test-pauseless e2e-kubelet \
-	bg:e2e-vm test-docker29 e2e-cluster e2e-multinode e2e-takeover node-conformance-quick
+# e2e-vm starts before the soak, which leaves the CPU mostly idle for the VM's emulation: started after e2e-kubelet it
+# outlasted the other suites by 8 minutes of a cold make test.
+TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults bg:e2e-vm soak conformance test-pauseless e2e-kubelet \
+	test-docker29 e2e-cluster e2e-multinode e2e-takeover node-conformance-quick
 TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance' SOAK_MINUTES=3 FUZZTIME=10s
 # PREBUILD=true runs no background builds (each suite builds what it needs itself).
 PREBUILD ?= hack/prebuild.sh

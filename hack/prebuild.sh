@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hack/prebuild.sh: builds, one after the other, what make test's later suites
-# build for themselves: crictl and critest, the kubelets v1.37 and v1.36, the
-# Docker 29 engine, the VM node's image, the v1.36 control plane (with
+# build for themselves: crictl and critest, the kubelet v1.37 and the VM
+# node's image (e2e-vm starts early), the Docker 29 engine, the kubelet
+# v1.36, the v1.36 control plane (with
 # kubeadm and kube-proxy), the kubeadm cluster's programs (etcd, flannel,
 # CoreDNS: hack/cluster-images.sh bins), the node e2e programs (agnhost,
 # which e2e-multinode's workloads run too), Kubernetes' e2e suite
@@ -29,8 +30,8 @@ cd "$ROOT" || exit 1
 STEPS=(
   "crictl and critest|hack/build-crictl.sh all"
   "kubelet v1.37|hack/build-kubelet.sh build v1.37"
-  "Docker 29|hack/docker29.sh build"
   "VM node image|hack/vm-image.sh build"
+  "Docker 29|hack/docker29.sh build"
   "kubelet v1.36|hack/build-kubelet.sh build v1.36"
   "control plane v1.36|hack/build-kubelet.sh cluster v1.36"
   "cluster programs|hack/cluster-images.sh bins"
