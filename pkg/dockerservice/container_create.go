@@ -6,13 +6,11 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
-	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -56,26 +54,10 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err != nil {
 		return nil, err
 	}
-	// A pause-less sandbox's namespaces and settings are in its
-	// checkpoint; an infra container's files and cgroup are only in its
-	// inspect (reading them here keeps the index free of fields only this
-	// RPC needs).
-	var (
-		sbc       container.InspectResponse
-		pauseless *checkpoint.PodSandbox
-	)
-	if sb.Local {
-		if pauseless, err = ds.pauselessOf(sb); err != nil {
-			return nil, err
-		}
-	} else {
-		sbc, err = ds.client.ContainerInspect(ctx, sb.ID)
-		if errdefs.IsNotFound(err) {
-			return nil, withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its infra container is gone", sb.ID))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("inspecting infra container of pod sandbox %s: %w", sb.ID, err)
-		}
+	// What the container takes from its sandbox depends on its mode.
+	join, err := ds.controllerOf(sb, nil).joinSandbox(ctx, sb)
+	if err != nil {
+		return nil, err
 	}
 	t.step("sandbox")
 
@@ -113,21 +95,13 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		pidTarget:  pidTarget,
 		apiVersion: apiVersion,
 		selinux:    ds.containers.selinux,
-		pauseless:  pauseless,
-		ociKey:     ds.ociKey,
-	}
-	if pauseless != nil {
-		in.cgroupParent = pauseless.Pauseless.CgroupParent
-		// Signed with the key of the directory the pod's files are in,
-		// which may be an earlier --netns-dir (pinnerFor).
-		if files := pauselessFiles(pauseless); len(files) > 0 {
-			_, in.ociKey, _ = ds.pinnerFor(files[0])
-		}
-	} else if sbc.ContainerJSONBase != nil {
-		in.resolvConfPath, in.hostsPath = sbc.ResolvConfPath, sbc.HostsPath
-		if sbc.HostConfig != nil {
-			in.cgroupParent = sbc.HostConfig.CgroupParent
-		}
+		pauseless:  join.pauseless,
+		ociKey:     join.ociKey,
+		// An infra container's files and cgroup parent, a pause-less
+		// sandbox's cgroup parent.
+		resolvConfPath: join.resolvConfPath,
+		hostsPath:      join.hostsPath,
+		cgroupParent:   join.cgroupParent,
 	}
 	config, hc, err := ds.containerDockerConfig(in)
 	if err != nil {
@@ -136,12 +110,11 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err := ds.checkImageVolumes(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
 	}
-	// The pod's runtime handler, checked when its sandbox was run; the
-	// wrapper for the containers of a pause-less sandbox, which it puts in
-	// the pod's pinned namespaces (containerDockerConfig named them).
+	// The pod's runtime handler, checked when its sandbox was run, unless
+	// the sandbox's mode says otherwise.
 	hc.Runtime = sbInfo.runtimeHandler
-	if pauseless != nil {
-		hc.Runtime = OCIWrapperRuntime
+	if join.runtime != "" {
+		hc.Runtime = join.runtime
 	}
 
 	created, err := ds.createOwned(ctx, config, hc, name, func(rec *store.Record) {

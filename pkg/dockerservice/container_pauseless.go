@@ -20,7 +20,7 @@ const devShm = "/dev/shm"
 // would have given the container comes from the checkpoint: the hostname
 // and resolv.conf (Docker writes both per container). The pod's sysctls
 // are in its namespaces already, written before the CNI ADD
-// (runPauselessSandbox), and the wrapper drops those of the namespaces it
+// (pauselessSandboxes.run), and the wrapper drops those of the namespaces it
 // pins from the container's config (podns.ApplyToConfig): a sandbox of an
 // earlier netshim had them written by its first containers, and its
 // namespaces keep them.

@@ -52,6 +52,37 @@ func ValidSandboxNetNSMode(mode string) error {
 	return fmt.Errorf("--sandbox-netns %q: want auto, pinned, pauseless or docker", mode)
 }
 
+// initPinning checks --sandbox-netns and, with a --netns-dir, sets up the
+// pinning of namespaces there: the pinner and the OCI wrapper's key.
+func (ds *DockerService) initPinning() error {
+	cfg := ds.cfg
+	if cfg.SandboxNetNS != "" {
+		if err := ValidSandboxNetNSMode(cfg.SandboxNetNS); err != nil {
+			return err
+		}
+	}
+	if cfg.NetNSDir == "" {
+		if cfg.SandboxNetNS == SandboxNetNSAuto || cfg.SandboxNetNS == SandboxNetNSPinned || cfg.SandboxNetNS == SandboxNetNSPauseless {
+			return fmt.Errorf("--sandbox-netns=%s needs a --netns-dir", cfg.SandboxNetNS)
+		}
+		return nil
+	}
+	// Also in the docker mode: sandboxes made while pinned still tear
+	// down with, and then remove, the netns they name.
+	ds.pinner = podns.NewPinner(cfg.NetNSDir)
+	key, err := podns.LoadOrCreateKey(cfg.NetNSDir)
+	switch {
+	case err == nil:
+		ds.ociKey = key
+	case cfg.SandboxNetNS == SandboxNetNSDocker || cfg.SandboxNetNS == "":
+		// Only pinning needs it; a pod's start must not fail for it.
+		klog.ErrorS(err, "Cannot make the OCI wrapper's key; pinned sandboxes stay possible to tear down", "netnsDir", cfg.NetNSDir)
+	default:
+		return fmt.Errorf("--netns-dir %s: %w", cfg.NetNSDir, err)
+	}
+	return nil
+}
+
 // netnsMode is the sandbox netns mode in effect, and why.
 type netnsMode struct {
 	Mode   string `json:"mode"`

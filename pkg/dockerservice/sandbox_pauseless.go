@@ -8,6 +8,7 @@ import (
 	"maps"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -43,14 +44,10 @@ const SandboxNetNSPauseless = "pauseless"
 // container's, which a pause container's was.
 const pauselessShmSize = 64 << 20
 
-// sandboxPath is how a new sandbox is made.
-type sandboxPath int
+// pauselessSandboxes is the pause-less mode's sandboxController.
+type pauselessSandboxes struct{ ds *DockerService }
 
-const (
-	sandboxDocker    sandboxPath = iota // pause container in its own netns
-	sandboxPinned                       // pause container in a pinned netns
-	sandboxPauseless                    // no container at all
-)
+func (pauselessSandboxes) mode() string { return SandboxNetNSPauseless }
 
 // canBePauseless says whether a pod can do without a pause container.
 func canBePauseless(cfg *runtimeapi.PodSandboxConfig, handler string) bool {
@@ -59,22 +56,6 @@ func canBePauseless(cfg *runtimeapi.PodSandboxConfig, handler string) bool {
 		ns.GetNetwork() != runtimeapi.NamespaceMode_NODE &&
 		ns.GetIpc() != runtimeapi.NamespaceMode_NODE &&
 		ns.GetPid() != runtimeapi.NamespaceMode_POD
-}
-
-// chooseSandboxPath decides how a new sandbox is made: pause-less when the
-// mode is on and the pod can be, else as usePinnedNetNS says.
-func (ds *DockerService) chooseSandboxPath(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (sandboxPath, error) {
-	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
-	pinned, err := ds.usePinnedNetNS(ctx, hostNetwork, handler)
-	switch {
-	case err != nil:
-		return 0, err
-	case !pinned:
-		return sandboxDocker, nil
-	case ds.cfg.SandboxNetNS == SandboxNetNSPauseless && canBePauseless(cfg, handler):
-		return sandboxPauseless, nil
-	}
-	return sandboxPinned, nil
 }
 
 // newSandboxID makes the ID of a pause-less sandbox: 64 hex characters,
@@ -87,13 +68,13 @@ func newSandboxID() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// runPauselessSandbox is RunPodSandbox for a pause-less sandbox: pin the
-// namespaces, write the pod's sysctls into them, write the checkpoint,
-// index the sandbox, CNI ADD. Any failure undoes all of it. RunPodSandbox
-// has checked that no sandbox has the name. cgroupParent is the pod's
-// cgroup parent in Docker's form (dockerCgroupParent): every container of
-// the pod gets it.
-func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, name, cgroupParent string, t *stepTimer) (*runtimeapi.RunPodSandboxResponse, error) {
+// run is RunPodSandbox for a pause-less sandbox: pin the namespaces,
+// write the pod's sysctls into them, write the checkpoint, index the
+// sandbox, CNI ADD. Any failure undoes all of it. The pod's cgroup parent
+// (req.cgroupParent) goes into the checkpoint: every container of the pod
+// gets it.
+func (c pauselessSandboxes) run(ctx context.Context, req *sandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	ds, cfg, cgroupParent, t := c.ds, req.cfg, req.cgroupParent, req.timer
 	md := cfg.GetMetadata()
 	labels, err := sandboxLabels(cfg, "")
 	if err != nil {
@@ -169,12 +150,55 @@ func (ds *DockerService) runPauselessSandbox(ctx context.Context, cfg *runtimeap
 	t.step("checkpoint")
 
 	if err := ds.setUpSandboxNetwork(ctx, cp, cfg); err != nil {
-		ds.undoRunPodSandbox(ctx, cp, true)
+		c.undo(ctx, cp)
 		return nil, err
 	}
 	t.step("network")
 	t.done("podSandboxID", id, "pauseless", true)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+// undo removes what a failed run made once its ADD was attempted: the
+// network, the namespaces, the checkpoint, the index's record. What
+// cannot be undone keeps the checkpoint and the sandbox stopped: listed
+// NOTREADY (its setup is still "pending") until kubelet or an operator
+// stops and removes it.
+func (c pauselessSandboxes) undo(ctx context.Context, cp *checkpoint.PodSandbox) {
+	u := c.ds.startUndo(ctx, cp)
+	defer u.cancel()
+	keep := !u.tearDownNetwork()
+	if !keep {
+		var removed bool
+		if keep, removed = u.removeFiles(); removed {
+			c.ds.store.Delete(cp.SandboxID)
+		}
+	}
+	if keep {
+		if err := c.ds.stopPauselessSandbox(cp.SandboxID); err != nil {
+			u.logger.Error(err, "Failed to mark a failed pause-less sandbox stopped", u.log...)
+		}
+	}
+}
+
+// stop marks the sandbox stopped: it runs nothing.
+func (c pauselessSandboxes) stop(_ context.Context, ref sandboxRef, t *stepTimer) error {
+	if err := c.ds.stopPauselessSandbox(ref.id); err != nil {
+		return fmt.Errorf("stopping pod sandbox %s: %w", ref.id, err)
+	}
+	t.step("sandbox")
+	return nil
+}
+
+// remove removes the sandbox's namespaces and checkpoint, then its
+// record in the index: there is nothing of it in Docker.
+func (c pauselessSandboxes) remove(_ context.Context, ref sandboxRef) error {
+	if err := c.ds.removeSandboxFiles(ref); err != nil {
+		return err
+	}
+	if ref.rec != nil {
+		c.ds.store.Delete(ref.id)
+	}
+	return nil
 }
 
 // existingSandboxByName answers a RunPodSandbox for a name a sandbox in the
@@ -287,12 +311,13 @@ func pauselessRecord(cp *checkpoint.PodSandbox, extra any, state store.State) *s
 	return r
 }
 
-// restorePauselessSandboxes indexes, at start-up, the pause-less sandboxes
-// of the checkpoints just loaded: running unless stopped or their pinned
-// netns is gone (a reboot emptied --netns-dir), in which case they are
-// NOTREADY for kubelet to stop and remove, and the start-up teardown
-// releases what they hold.
-func (ds *DockerService) restorePauselessSandboxes() {
+// restore indexes, at start-up, the pause-less sandboxes of the
+// checkpoints just loaded: running unless stopped or their pinned netns is
+// gone (a reboot emptied --netns-dir), in which case they are NOTREADY for
+// kubelet to stop and remove, and the start-up teardown releases what they
+// hold.
+func (c pauselessSandboxes) restore() {
+	ds := c.ds
 	cps := ds.pods.Select(func(cp *checkpoint.PodSandbox) bool { return cp.Pauseless != nil })
 	for _, cp := range cps {
 		kind, extra := decodeOwned(cp.SandboxID, cp.Pauseless.Labels)
@@ -334,6 +359,32 @@ func (ds *DockerService) stopPauselessSandbox(id string) error {
 	return nil
 }
 
+// podNetNS is the pod's pinned netns while it exists.
+func (c pauselessSandboxes) podNetNS(rec *store.Record) (string, error) {
+	if path, ok := c.ds.pinnedNetNS(c.ds.getCheckpoint(rec.ID)); ok {
+		return path, nil
+	}
+	return "", errSandboxNotRunning(rec.ID)
+}
+
+// joinSandbox gives a new container the sandbox's checkpoint, whose
+// namespaces it joins, and the pod's cgroup parent. The marker is signed
+// with the key of the directory the pod's files are in, which may be an
+// earlier --netns-dir (pinnerFor).
+func (c pauselessSandboxes) joinSandbox(_ context.Context, sb *store.Record) (sandboxJoin, error) {
+	cp, err := c.ds.pauselessOf(sb)
+	if err != nil {
+		return sandboxJoin{}, err
+	}
+	// The wrapper puts the container in the pod's pinned namespaces
+	// (containerDockerConfig names them).
+	j := sandboxJoin{pauseless: cp, cgroupParent: cp.Pauseless.CgroupParent, ociKey: c.ds.ociKey, runtime: OCIWrapperRuntime}
+	if files := pauselessFiles(cp); len(files) > 0 {
+		_, j.ociKey, _ = c.ds.pinnerFor(files[0])
+	}
+	return j, nil
+}
+
 // pauselessOf returns the checkpoint of a pause-less sandbox record, which
 // its containers are created from.
 func (ds *DockerService) pauselessOf(sb *store.Record) (*checkpoint.PodSandbox, error) {
@@ -345,4 +396,45 @@ func (ds *DockerService) pauselessOf(sb *store.Record) (*checkpoint.PodSandbox, 
 		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its network namespace %s is gone", sb.ID, cp.NetNS))
 	}
 	return cp, nil
+}
+
+// pauselessPinned says whether a pause-less sandbox's pinned namespaces
+// are still there (true for other sandboxes): a file unmounted or removed
+// behind netshim's back (umount, a cleanup script, a reboot of a netshim
+// whose --netns-dir outlives it) leaves no namespace for new containers
+// and, for the netns, none for its IP, so the sandbox is not ready; judged
+// at each state read (one statfs per file: kubelet lists every second).
+func pauselessPinned(cp *checkpoint.PodSandbox) bool {
+	pl := cp.Pauseless
+	if pl == nil {
+		return true
+	}
+	for _, f := range []string{cp.NetNS, pl.IPC, pl.UTS} {
+		if f == "" {
+			continue
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(f, &st); err != nil || st.Type != unix.NSFS_MAGIC {
+			return false
+		}
+	}
+	return true
+}
+
+// refreshPauselessPinned looks at every running pause-less sandbox's
+// pinned files and bumps the pod state's generation when one's changed since the
+// last look, so that ListPodSandbox's cached answer (wire_cache.go),
+// which the files are no part of, is built again.
+func (ds *DockerService) refreshPauselessPinned() {
+	cps := ds.pods.Select(func(cp *checkpoint.PodSandbox) bool { return cp.Pauseless != nil && !cp.Pauseless.Stopped })
+	if len(cps) == 0 && !ds.pods.HasUnpinned() {
+		return // outside the pause-less mode, the usual case: nothing to look at
+	}
+	gone := map[string]bool{}
+	for _, cp := range cps {
+		if !pauselessPinned(cp) {
+			gone[cp.SandboxID] = true
+		}
+	}
+	ds.pods.SetUnpinned(gone) // a change bumps the generation the cache is keyed by
 }

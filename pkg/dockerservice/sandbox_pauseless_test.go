@@ -110,7 +110,7 @@ func TestValidSandboxNetNSModePauseless(t *testing.T) {
 	}
 }
 
-func TestChooseSandboxPath(t *testing.T) {
+func TestChooseSandboxController(t *testing.T) {
 	nsCfg := func(ns *runtimeapi.NamespaceOption) *runtimeapi.PodSandboxConfig {
 		cfg := podConfig("web")
 		cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns}
@@ -123,30 +123,30 @@ func TestChooseSandboxPath(t *testing.T) {
 		defaultRuntime string
 		cfg            *runtimeapi.PodSandboxConfig
 		handler        string
-		want           sandboxPath
+		want           string // the controller's mode
 		wantCode       codes.Code
 	}{
-		{name: "pauseless", mode: SandboxNetNSPauseless, wrapper: true, cfg: pauselessPodConfig("web"), want: sandboxPauseless},
+		{name: "pauseless", mode: SandboxNetNSPauseless, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSPauseless},
 		{name: "pauseless, explicit CONTAINER pid and POD ipc and network", mode: SandboxNetNSPauseless, wrapper: true,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD, Network: runtimeapi.NamespaceMode_POD}), want: sandboxPauseless},
-		{name: "pauseless, engine default not runc: the operator's choice", mode: SandboxNetNSPauseless, wrapper: true, defaultRuntime: "runsc", cfg: pauselessPodConfig("web"), want: sandboxPauseless},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD, Network: runtimeapi.NamespaceMode_POD}), want: SandboxNetNSPauseless},
+		{name: "pauseless, engine default not runc: the operator's choice", mode: SandboxNetNSPauseless, wrapper: true, defaultRuntime: "runsc", cfg: pauselessPodConfig("web"), want: SandboxNetNSPauseless},
 		{name: "pauseless, shared pid namespace", mode: SandboxNetNSPauseless, wrapper: true,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD}), want: sandboxPinned},
-		{name: "pauseless, no namespace options: pid POD, the CRI's zero value", mode: SandboxNetNSPauseless, wrapper: true, cfg: podConfig("web"), want: sandboxPinned},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD}), want: SandboxNetNSPinned},
+		{name: "pauseless, no namespace options: pid POD, the CRI's zero value", mode: SandboxNetNSPauseless, wrapper: true, cfg: podConfig("web"), want: SandboxNetNSPinned},
 		{name: "pauseless, node pid namespace", mode: SandboxNetNSPauseless, wrapper: true,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE}), want: sandboxPauseless},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSPauseless},
 		{name: "pauseless, node IPC", mode: SandboxNetNSPauseless, wrapper: true,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_NODE}), want: sandboxPinned},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSPinned},
 		{name: "pauseless, host network", mode: SandboxNetNSPauseless, wrapper: true,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Network: runtimeapi.NamespaceMode_NODE}), want: sandboxDocker},
-		{name: "pauseless, RuntimeClass handler", mode: SandboxNetNSPauseless, wrapper: true, cfg: pauselessPodConfig("web"), handler: "runc", want: sandboxDocker},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Network: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSDocker},
+		{name: "pauseless, RuntimeClass handler", mode: SandboxNetNSPauseless, wrapper: true, cfg: pauselessPodConfig("web"), handler: "runc", want: SandboxNetNSDocker},
 		{name: "pauseless without the wrapper", mode: SandboxNetNSPauseless, cfg: pauselessPodConfig("web"), wantCode: codes.FailedPrecondition},
 		{name: "pauseless without the wrapper, host network", mode: SandboxNetNSPauseless,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Network: runtimeapi.NamespaceMode_NODE}), want: sandboxDocker},
-		{name: "auto", mode: SandboxNetNSAuto, wrapper: true, cfg: pauselessPodConfig("web"), want: sandboxPinned},
-		{name: "auto without the wrapper", mode: SandboxNetNSAuto, cfg: pauselessPodConfig("web"), want: sandboxDocker},
-		{name: "pinned", mode: SandboxNetNSPinned, wrapper: true, cfg: pauselessPodConfig("web"), want: sandboxPinned},
-		{name: "docker", mode: SandboxNetNSDocker, wrapper: true, cfg: pauselessPodConfig("web"), want: sandboxDocker},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Network: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSDocker},
+		{name: "auto", mode: SandboxNetNSAuto, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSPinned},
+		{name: "auto without the wrapper", mode: SandboxNetNSAuto, cfg: pauselessPodConfig("web"), want: SandboxNetNSDocker},
+		{name: "pinned", mode: SandboxNetNSPinned, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSPinned},
+		{name: "docker", mode: SandboxNetNSDocker, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSDocker},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			def := tc.defaultRuntime
@@ -154,7 +154,7 @@ func TestChooseSandboxPath(t *testing.T) {
 				def = "runc"
 			}
 			e, _ := newPinnedEnvDefault(t, tc.mode, tc.wrapper, def)
-			got, err := e.ds.chooseSandboxPath(context.Background(), tc.cfg, tc.handler)
+			ctl, err := e.ds.chooseSandboxController(context.Background(), tc.cfg, tc.handler)
 			if codeOf(err) != tc.wantCode {
 				t.Fatalf("error = %v, want code %v", err, tc.wantCode)
 			}
@@ -166,8 +166,8 @@ func TestChooseSandboxPath(t *testing.T) {
 				}
 				return
 			}
-			if got != tc.want {
-				t.Errorf("path = %v, want %v", got, tc.want)
+			if got := ctl.mode(); got != tc.want {
+				t.Errorf("mode = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -32,22 +32,21 @@ func (ds *DockerService) RemovePodSandbox(ctx context.Context, r *runtimeapi.Rem
 			return nil, fmt.Errorf("removing container %s of pod sandbox %s: %w", c.ID, ref.id, err)
 		}
 	}
-	if ref.rec != nil && !ref.rec.Local {
-		if err := ds.removeContainer(ctx, ref.id); err != nil {
-			return nil, fmt.Errorf("removing infra container of pod sandbox %s: %w", ref.id, err)
-		}
-	}
-	if err := ds.releasePinnedNamespaces(ref.checkpointOrLabels()); err != nil {
+	if err := ds.controllerOf(ref.rec, ref.cp).remove(ctx, ref); err != nil {
 		return nil, err
-	}
-	if err := ds.removeCheckpoint(ref.id); err != nil {
-		return nil, err
-	}
-	if ref.rec != nil && ref.rec.Local {
-		ds.store.Delete(ref.id) // a pause-less sandbox: nothing in Docker
 	}
 	ds.removeCRIDockerdCheckpoint(ctx, ref.id) // adopt.go
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+// removeSandboxFiles removes a sandbox's pinned namespaces, then its
+// checkpoint: last, as while the network may still hold an IP it is the
+// only record of what to release.
+func (ds *DockerService) removeSandboxFiles(ref sandboxRef) error {
+	if err := ds.releasePinnedNamespaces(ref.checkpointOrLabels()); err != nil {
+		return err
+	}
+	return ds.removeCheckpoint(ref.id)
 }
 
 // removeContainer force-removes a container; one already gone is fine,

@@ -2,13 +2,11 @@ package dockerservice
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"time"
 
-	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/network"
-	"github.com/netshim/netshim/pkg/podns"
 )
 
 // sandboxOOMScoreAdj is what kubelet expects for infra containers: the
@@ -27,11 +24,12 @@ const sandboxOOMScoreAdj = -998
 // even when the caller has given up.
 const cleanupTimeout = 2 * time.Minute
 
-// RunPodSandbox creates and starts the pod's infra container, then attaches
-// it to the pod network. Every failure after the container exists undoes
-// what was done: network, container and checkpoint. In every mode the
-// pod's sysctls are in its namespaces before the CNI ADD
-// (sandbox_sysctls.go).
+// RunPodSandbox admits the request (valid, a known runtime handler, its
+// name reserved, no sandbox of that name already), chooses the sandbox's
+// mode, and has the mode's controller make it (sandbox_controller.go).
+// Every failure after something exists undoes what was done: network,
+// container, namespaces and checkpoint. In every mode the pod's sysctls
+// are in its namespaces before the CNI ADD (sandbox_sysctls.go).
 func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	cfg := r.GetConfig()
 	if err := validateRunPodSandbox(r); err != nil {
@@ -54,7 +52,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	if resp, err, found := ds.existingSandboxByName(ctx, name, md); found {
 		return resp, err
 	}
-	path, err := ds.chooseSandboxPath(ctx, cfg, r.GetRuntimeHandler())
+	ctl, err := ds.chooseSandboxController(ctx, cfg, r.GetRuntimeHandler())
 	if err != nil {
 		return nil, err
 	}
@@ -64,126 +62,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	if err != nil {
 		return nil, err
 	}
-	if path == sandboxPauseless {
-		return ds.runPauselessSandbox(ctx, cfg, name, cgroupParent, t) // sandbox_pauseless.go
-	}
-	image := ds.cfg.PodInfraImage
-	if err := ds.ensureImage(ctx, image); err != nil {
-		return nil, err
-	}
-	t.step("image")
-
-	config, hostConfig, err := ds.sandboxDockerConfig(cfg, r.GetRuntimeHandler(), cgroupParent)
-	if err != nil {
-		return nil, err
-	}
-	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
-	pinned := path == sandboxPinned
-	var netns string
-	if pinned {
-		paths, done, err := ds.pinSandboxNetNS()
-		if err != nil {
-			return nil, err
-		}
-		netns = paths[podns.Net]
-		// Until the checkpoint names it, the netns is this call's to
-		// remove on every way out, and the start-up sweep's to leave.
-		defer func() {
-			done()
-			if netns != "" {
-				if err := ds.pinner.Remove(netns); err != nil {
-					klog.FromContext(ctx).Error(err, "Failed to remove the pinned netns of a sandbox that was not created", "netns", netns)
-				}
-			}
-		}()
-		// The pod's net.* sysctls go into the netns now, before the
-		// ADD (sandbox_sysctls.go): runc would write them as the pause
-		// container starts, which runs along with the ADD. Its IPC
-		// sysctls stay with the pause container, whose IPC namespace
-		// it is. A refused one fails the pod here, the netns removed
-		// by the defer above.
-		if err := ds.writePodSysctls(cfg, paths); err != nil {
-			return nil, err
-		}
-		hostConfig.Sysctls = withoutSysctlsOf(hostConfig.Sysctls, podns.Net)
-		hostConfig.Runtime = OCIWrapperRuntime
-		config.Env = append(config.Env, paths.Env(ds.ociKey))
-		config.Labels[labelNetNS] = netns
-		t.step("netns")
-	}
-	created, err := ds.createOwned(ctx, config, hostConfig, name, nil)
-	if errdefs.IsNotFound(err) {
-		// The image went away behind our back: pull it and try once more.
-		ds.forgetImage(image)
-		if err = ds.ensureImage(ctx, image); err == nil {
-			created, err = ds.createOwned(ctx, config, hostConfig, name, nil)
-		}
-	}
-	if errdefs.IsConflict(err) {
-		return ds.existingSandbox(ctx, name, md)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("creating infra container for pod %s: %w", klog.KRef(md.Namespace, md.Name), err)
-	}
-	id := created.ID
-	t.step("create")
-
-	// From here on a failure must leave nothing behind. Nobody else knows
-	// the ID yet, so the lock is free; holding it until we answer keeps a
-	// Stop or Remove (from crictl, or a client that listed the sandbox)
-	// from interleaving with the setup, its checkpoint writes or its undo.
-	unlock, err := ds.pods.Lock(backgroundCtx(ctx), id)
-	if err != nil {
-		// Cannot happen with a context that is never cancelled; if it
-		// ever did, the container just made must not be left behind.
-		if rerr := ds.removeContainer(backgroundCtx(ctx), id); rerr != nil {
-			klog.FromContext(ctx).Error(rerr, "Failed to remove the infra container of a sandbox that could not be locked", "podSandboxID", id)
-		}
-		return nil, fmt.Errorf("locking new sandbox %s: %w", id, err)
-	}
-	defer unlock()
-	cp := newSandboxCheckpoint(id, cfg, netns)
-	if hostNetwork {
-		// A host-network pod has no pod network to set up.
-		cp.HostNetwork, cp.Setup = true, checkpoint.SetupReady
-	}
-	// The checkpoint is written before the container starts, so that a
-	// crash at any later point still leaves what teardown needs.
-	if err := ds.putCheckpoint(cp); err != nil {
-		ds.undoRunPodSandbox(ctx, cp, false)
-		return nil, err
-	}
-	netns = "" // the checkpoint has it now: undo and teardown remove it
-	t.step("checkpoint")
-
-	if pinned {
-		if err := ds.startPinnedSandbox(ctx, cp, cfg); err != nil {
-			return nil, err
-		}
-		t.step("start+network")
-		t.done("podSandboxID", id)
-		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
-	}
-
-	// The index's start inspects once: the pid gives the netns path, and
-	// the record makes the index current before we answer. runc writes
-	// the pod's sysctls as it starts the container: before the ADD, the
-	// order of every mode (sandbox_sysctls.go).
-	if err := ds.startInfraContainer(ctx, cp); err != nil {
-		ds.undoRunPodSandbox(ctx, cp, false)
-		return nil, err
-	}
-	t.step("inspect")
-
-	if !hostNetwork {
-		if err := ds.setUpSandboxNetwork(ctx, cp, cfg); err != nil {
-			ds.undoRunPodSandbox(ctx, cp, true)
-			return nil, err
-		}
-		t.step("network")
-	}
-	t.done("podSandboxID", id)
-	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+	return ctl.run(ctx, &sandboxRequest{cfg: cfg, handler: r.GetRuntimeHandler(), name: name, cgroupParent: cgroupParent, timer: t})
 }
 
 // newSandboxCheckpoint is the first checkpoint of a sandbox being made,
@@ -204,38 +83,6 @@ func newSandboxCheckpoint(id string, cfg *runtimeapi.PodSandboxConfig, netns str
 		Setup:        checkpoint.SetupPending,
 		NetNS:        netns,
 	}
-}
-
-// startInfraContainer starts the sandbox's infra container through the
-// index, whose one inspect makes the record (and its pid) current.
-func (ds *DockerService) startInfraContainer(ctx context.Context, cp *checkpoint.PodSandbox) error {
-	rec, err := ds.index.Start(ctx, cp.SandboxID)
-	if err != nil {
-		return fmt.Errorf("starting infra container %s for pod %s: %w", cp.SandboxID, klog.KRef(cp.Namespace, cp.Name), err)
-	}
-	if !rec.Running() {
-		return fmt.Errorf("infra container %s of pod %s exited right after start (exit code %d): %s", cp.SandboxID, klog.KRef(cp.Namespace, cp.Name), rec.ExitCode, rec.Error)
-	}
-	return nil
-}
-
-// startPinnedSandbox starts the infra container in the sandbox's pinned
-// netns and, at the same time, sets the pod network up in it: the CNI ADD
-// does not wait for Docker, so RunPodSandbox takes about the longer of the
-// two instead of their sum. Either failing undoes both, once both ended.
-// The pod's net.* sysctls are in the netns already, and the container
-// carries none: nothing the start does changes what the ADD sets.
-func (ds *DockerService) startPinnedSandbox(ctx context.Context, cp *checkpoint.PodSandbox, cfg *runtimeapi.PodSandboxConfig) error {
-	netErr := make(chan error, 1)
-	go func() { netErr <- ds.setUpSandboxNetwork(ctx, cp, cfg) }()
-	startErr := ds.startInfraContainer(ctx, cp)
-	err := <-netErr
-	if startErr != nil || err != nil {
-		// The ADD ran (or was attempted): tear it down either way.
-		ds.undoRunPodSandbox(ctx, cp, true)
-		return errors.Join(startErr, err)
-	}
-	return nil
 }
 
 // setUpSandboxNetwork asks the plugin to attach the sandbox (the plugin
@@ -289,53 +136,51 @@ func orderPodIPs(ips []net.IP) []string {
 	return append(v4, v6...)
 }
 
-// undoRunPodSandbox removes what a failed RunPodSandbox created. It runs on
-// a context detached from the caller's: a kubelet that timed out must not
+// sandboxUndo is the undo of a failed RunPodSandbox under way, which each
+// mode's controller runs with the steps every mode shares. It runs on a
+// context detached from the caller's: a kubelet that timed out must not
 // leave a half-made pod behind.
-func (ds *DockerService) undoRunPodSandbox(ctx context.Context, cp *checkpoint.PodSandbox, tearDown bool) {
-	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithTimeout(backgroundCtx(ctx), cleanupTimeout)
-	defer cancel()
-	log := []any{"pod", klog.KRef(cp.Namespace, cp.Name), "podSandboxID", cp.SandboxID}
-	keepCheckpoint := false
-	if tearDown {
-		if err := ds.network.TearDownPod(ctx, podRef(cp)); err != nil {
-			// Keep the checkpoint: it is what a later StopPodSandbox or
-			// the start-up retry needs to free the IP.
-			keepCheckpoint = true
-			logger.Error(err, "Failed to tear down the network of a sandbox whose setup failed; keeping its checkpoint for a later retry", log...)
-		}
+type sandboxUndo struct {
+	ds     *DockerService
+	ctx    context.Context
+	cancel context.CancelFunc
+	logger klog.Logger
+	log    []any
+	cp     *checkpoint.PodSandbox
+}
+
+func (ds *DockerService) startUndo(ctx context.Context, cp *checkpoint.PodSandbox) *sandboxUndo {
+	u := &sandboxUndo{ds: ds, logger: klog.FromContext(ctx), cp: cp,
+		log: []any{"pod", klog.KRef(cp.Namespace, cp.Name), "podSandboxID", cp.SandboxID}}
+	u.ctx, u.cancel = context.WithTimeout(backgroundCtx(ctx), cleanupTimeout)
+	return u
+}
+
+// tearDownNetwork runs the CNI DEL of an ADD that ran or was attempted.
+// On failure (logged) the checkpoint must stay: it is what a later
+// StopPodSandbox or the start-up retry needs to free the IP.
+func (u *sandboxUndo) tearDownNetwork() bool {
+	if err := u.ds.network.TearDownPod(u.ctx, podRef(u.cp)); err != nil {
+		u.logger.Error(err, "Failed to tear down the network of a sandbox whose setup failed; keeping its checkpoint for a later retry", u.log...)
+		return false
 	}
-	if cp.Pauseless != nil {
-		// No container: the index's record goes with the checkpoint.
-	} else if err := ds.removeContainer(ctx, cp.SandboxID); err != nil {
-		// Keep the checkpoint too: with it the sandbox stays listed,
-		// NOTREADY (its setup is still "pending"), for kubelet or an
-		// operator to stop and remove. Without it a running container
-		// with no network could pass for a ready pod.
-		keepCheckpoint = true
-		logger.Error(err, "Failed to remove infra container of a failed sandbox; keeping its checkpoint so that it is reported NOTREADY", log...)
+	return true
+}
+
+// removeFiles removes the sandbox's pinned namespaces, then its
+// checkpoint. kept is true when the namespaces could not be removed: the
+// checkpoint, which names them, stays for RemovePodSandbox to retry.
+// removed is true when the checkpoint is gone.
+func (u *sandboxUndo) removeFiles() (kept, removed bool) {
+	if err := u.ds.releasePinnedNamespaces(u.cp); err != nil {
+		u.logger.Error(err, "Failed to remove the pinned netns of a failed sandbox; keeping its checkpoint so that RemovePodSandbox retries", u.log...)
+		return true, false
 	}
-	if !keepCheckpoint {
-		if err := ds.releasePinnedNamespaces(cp); err != nil {
-			// Keep the checkpoint, which names the file for Remove.
-			keepCheckpoint = true
-			logger.Error(err, "Failed to remove the pinned netns of a failed sandbox; keeping its checkpoint so that RemovePodSandbox retries", log...)
-		}
+	if err := u.ds.removeCheckpoint(u.cp.SandboxID); err != nil {
+		u.logger.Error(err, "Failed to remove checkpoint of a failed sandbox", u.log...)
+		return false, false
 	}
-	if !keepCheckpoint {
-		if err := ds.removeCheckpoint(cp.SandboxID); err != nil {
-			logger.Error(err, "Failed to remove checkpoint of a failed sandbox", log...)
-		} else if cp.Pauseless != nil {
-			ds.store.Delete(cp.SandboxID)
-		}
-	} else if cp.Pauseless != nil {
-		// Listed NOTREADY (its setup is still "pending") until kubelet
-		// or an operator stops and removes it.
-		if err := ds.stopPauselessSandbox(cp.SandboxID); err != nil {
-			logger.Error(err, "Failed to mark a failed pause-less sandbox stopped", log...)
-		}
-	}
+	return false, true
 }
 
 // existingSandbox answers a RunPodSandbox whose name Docker already knows.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
@@ -96,29 +95,6 @@ func checkpointReady(cp *checkpoint.PodSandbox) bool {
 	return cp != nil && cp.NetworkReady() && !cp.TeardownStarted && !cp.NetworkTornDown && pauselessPinned(cp)
 }
 
-// pauselessPinned says whether a pause-less sandbox's pinned namespaces
-// are still there (true for other sandboxes): a file unmounted or removed
-// behind netshim's back (umount, a cleanup script, a reboot of a netshim
-// whose --netns-dir outlives it) leaves no namespace for new containers
-// and, for the netns, none for its IP, so the sandbox is not ready; judged
-// at each state read (one statfs per file: kubelet lists every second).
-func pauselessPinned(cp *checkpoint.PodSandbox) bool {
-	pl := cp.Pauseless
-	if pl == nil {
-		return true
-	}
-	for _, f := range []string{cp.NetNS, pl.IPC, pl.UTS} {
-		if f == "" {
-			continue
-		}
-		var st unix.Statfs_t
-		if err := unix.Statfs(f, &st); err != nil || st.Type != unix.NSFS_MAGIC {
-			return false
-		}
-	}
-	return true
-}
-
 // podIPs are the IPs a sandbox holds: none for host-network pods or once
 // its network's teardown began (a DEL may have freed them, even if it did
 // not complete).
@@ -162,22 +138,4 @@ func (ds *DockerService) checkSandboxNetwork(ctx context.Context, ref sandboxRef
 		return nil
 	}
 	return ds.network.CheckPod(ctx, podRef(ref.cp))
-}
-
-// refreshPauselessPinned looks at every running pause-less sandbox's
-// pinned files and bumps the pod state's generation when one's changed since the
-// last look, so that ListPodSandbox's cached answer (wire_cache.go),
-// which the files are no part of, is built again.
-func (ds *DockerService) refreshPauselessPinned() {
-	cps := ds.pods.Select(func(cp *checkpoint.PodSandbox) bool { return cp.Pauseless != nil && !cp.Pauseless.Stopped })
-	if len(cps) == 0 && !ds.pods.HasUnpinned() {
-		return // outside the pause-less mode, the usual case: nothing to look at
-	}
-	gone := map[string]bool{}
-	for _, cp := range cps {
-		if !pauselessPinned(cp) {
-			gone[cp.SandboxID] = true
-		}
-	}
-	ds.pods.SetUnpinned(gone) // a change bumps the generation the cache is keyed by
 }

@@ -139,16 +139,10 @@ func (ds *DockerService) stopSandbox(ctx context.Context, ref sandboxRef) error 
 		t.step("network")
 	}
 
-	if ref.rec != nil && ref.rec.Local {
-		if err := ds.stopPauselessSandbox(ref.id); err != nil {
-			return errors.Join(tearDownErr, fmt.Errorf("stopping pod sandbox %s: %w", ref.id, err))
+	if ref.rec != nil {
+		if err := ds.controllerOf(ref.rec, ref.cp).stop(ctx, ref, t); err != nil {
+			return errors.Join(tearDownErr, err)
 		}
-		t.step("sandbox")
-	} else if ref.rec != nil {
-		if err := ds.stopContainer(ctx, ref.id); err != nil {
-			return errors.Join(tearDownErr, fmt.Errorf("stopping infra container of pod sandbox %s: %w", ref.id, err))
-		}
-		t.step("infra")
 	}
 	t.done()
 	return tearDownErr

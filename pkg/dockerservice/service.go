@@ -179,29 +179,12 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		return nil, err
 	}
 	ds.killOrphanedPlugins() // cni_orphans.go
-	if cfg.SandboxNetNS != "" {
-		if err := ValidSandboxNetNSMode(cfg.SandboxNetNS); err != nil {
-			return nil, err
-		}
+	// --sandbox-netns and --netns-dir (sandbox_netns.go), then what the
+	// sandbox modes keep outside Docker (sandbox_controller.go).
+	if err := ds.initPinning(); err != nil {
+		return nil, err
 	}
-	if cfg.NetNSDir != "" {
-		// Also in the docker mode: sandboxes made while pinned still
-		// tear down with, and then remove, the netns they name.
-		ds.pinner = podns.NewPinner(cfg.NetNSDir)
-		key, err := podns.LoadOrCreateKey(cfg.NetNSDir)
-		switch {
-		case err == nil:
-			ds.ociKey = key
-		case cfg.SandboxNetNS == SandboxNetNSDocker || cfg.SandboxNetNS == "":
-			// Only pinning needs it; a pod's start must not fail for it.
-			klog.ErrorS(err, "Cannot make the OCI wrapper's key; pinned sandboxes stay possible to tear down", "netnsDir", cfg.NetNSDir)
-		default:
-			return nil, fmt.Errorf("--netns-dir %s: %w", cfg.NetNSDir, err)
-		}
-	} else if cfg.SandboxNetNS == SandboxNetNSAuto || cfg.SandboxNetNS == SandboxNetNSPinned || cfg.SandboxNetNS == SandboxNetNSPauseless {
-		return nil, fmt.Errorf("--sandbox-netns=%s needs a --netns-dir", cfg.SandboxNetNS)
-	}
-	ds.restorePauselessSandboxes() // sandbox_pauseless.go
+	ds.restoreSandboxes()
 	plugin, err := network.InitNetworkPlugin(plugins, cfg.NetworkPluginName, &networkHost{ds}, cfg.Network)
 	if err != nil {
 		return nil, err

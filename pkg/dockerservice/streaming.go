@@ -115,16 +115,14 @@ func (ds *DockerService) PodNetNS(_ context.Context, sandboxID string) (string, 
 	if !ok || rec.Kind != store.KindSandbox {
 		return "", notFoundf("pod sandbox %s not found", sandboxID)
 	}
-	if rec.Running() && rec.Local {
-		// A pause-less sandbox: its pinned netns is the pod's.
-		if path, ok := ds.pinnedNetNS(ds.getCheckpoint(sandboxID)); ok {
-			return path, nil
-		}
+	if !rec.Running() {
+		return "", errSandboxNotRunning(sandboxID)
 	}
-	if !rec.Running() || rec.Pid <= 0 {
-		return "", withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running", sandboxID))
-	}
-	return ds.sandboxNetNS(rec)
+	return ds.controllerOf(rec, nil).podNetNS(rec)
+}
+
+func errSandboxNotRunning(id string) error {
+	return withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running", id))
 }
 
 // runningContainerForStream finds a workload container by ID or unique

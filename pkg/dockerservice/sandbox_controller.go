@@ -1,0 +1,138 @@
+package dockerservice
+
+import (
+	"context"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+	"github.com/netshim/netshim/pkg/podns"
+)
+
+// sandboxController is one sandbox mode (docs/design/sandbox-modes.md):
+// how a pod's sandbox is made, how it stops, and how it goes away.
+// RunPodSandbox, StopPodSandbox and RemovePodSandbox do what every mode
+// does (validation, the name's reservation, the pod's containers, the
+// network teardown, the checkpoint) and call the sandbox's controller for
+// the rest, so that what differs between the modes lives in the mode's
+// own files:
+//
+//   - dockerSandboxes (sandbox_mode_docker.go): a pause container in the
+//     netns Docker makes;
+//   - pinnedSandboxes (sandbox_mode_pinned.go): a pause container in a
+//     netns netshim pins first;
+//   - pauselessSandboxes (sandbox_pauseless.go): no container, namespaces
+//     netshim pins.
+//
+// The two modes with a pause container share infraSandboxes
+// (sandbox_infra.go). A new pod's controller is chosen in one place,
+// chooseSandboxController; an existing sandbox's is the one whose traces
+// it has (controllerOf).
+type sandboxController interface {
+	// mode is the mode's --sandbox-netns name.
+	mode() string
+	// run makes and starts the sandbox of a request RunPodSandbox has
+	// admitted (valid, its name reserved, no sandbox of that name in the
+	// index) and sets its network up; a failure undoes all of it.
+	run(ctx context.Context, req *sandboxRequest) (*runtimeapi.RunPodSandboxResponse, error)
+	// stop ends the sandbox itself, once its containers are stopped and
+	// its network is torn down (or its teardown failed, which the caller
+	// reports). ref.rec is not nil.
+	stop(ctx context.Context, ref sandboxRef, t *stepTimer) error
+	// remove takes the sandbox itself away once its containers are
+	// removed: what it runs, its pinned namespaces and its checkpoint,
+	// the checkpoint last.
+	remove(ctx context.Context, ref sandboxRef) error
+	// podNetNS is the network namespace of the running sandbox (rec, its
+	// index record), for port-forward.
+	podNetNS(rec *store.Record) (string, error)
+	// joinSandbox is what a container being created in the sandbox
+	// (sb, its index record) takes from it.
+	joinSandbox(ctx context.Context, sb *store.Record) (sandboxJoin, error)
+}
+
+// sandboxJoin is what a new container takes from its sandbox
+// (CreateContainer, container_create.go).
+type sandboxJoin struct {
+	// pauseless is a pause-less sandbox's checkpoint: the namespaces the
+	// container joins.
+	pauseless *checkpoint.PodSandbox
+	// resolvConfPath and hostsPath are an infra container's files, which
+	// the pod's containers share.
+	resolvConfPath, hostsPath string
+	cgroupParent              string
+	// ociKey signs the marker that tells the OCI wrapper which pinned
+	// namespaces the container joins.
+	ociKey *podns.Key
+	// runtime is the engine runtime the container must run under, if
+	// not the pod's runtime handler.
+	runtime string
+}
+
+// sandboxRestorer is a controller with state of its own to restore at
+// start-up, before anything is served and before the index's first sync.
+type sandboxRestorer interface {
+	restore()
+}
+
+// restoreSandboxes restores, at start-up, what each mode keeps outside
+// Docker: the pause-less sandboxes, which have no container for the
+// index's sync to find.
+func (ds *DockerService) restoreSandboxes() {
+	for _, ctl := range []sandboxController{dockerSandboxes{infraSandboxes{ds}}, pinnedSandboxes{infraSandboxes{ds}}, pauselessSandboxes{ds}} {
+		if r, ok := ctl.(sandboxRestorer); ok {
+			r.restore()
+		}
+	}
+}
+
+// sandboxRequest is a RunPodSandbox request as its controller gets it.
+type sandboxRequest struct {
+	cfg     *runtimeapi.PodSandboxConfig
+	handler string
+	// name is the sandbox's name (sandboxContainerName), reserved.
+	name string
+	// cgroupParent is the pod's cgroup parent in Docker's form
+	// (dockerCgroupParent).
+	cgroupParent string
+	timer        *stepTimer
+}
+
+func (r *sandboxRequest) hostNetwork() bool {
+	return r.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
+}
+
+// chooseSandboxController decides how a new sandbox is made: pause-less
+// when that mode is on and the pod can do without a pause container
+// (canBePauseless), pinned when usePinnedNetNS says so, else docker. The
+// one place a new pod's mode is decided.
+func (ds *DockerService) chooseSandboxController(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (sandboxController, error) {
+	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
+	pinned, err := ds.usePinnedNetNS(ctx, hostNetwork, handler)
+	switch {
+	case err != nil:
+		return nil, err
+	case !pinned:
+		return dockerSandboxes{infraSandboxes{ds}}, nil
+	case ds.cfg.SandboxNetNS == SandboxNetNSPauseless && canBePauseless(cfg, handler):
+		return pauselessSandboxes{ds}, nil
+	}
+	return pinnedSandboxes{infraSandboxes{ds}}, nil
+}
+
+// controllerOf is the controller of an existing sandbox, from what it has:
+// an index record of no container (store.Record.Local) or a checkpoint
+// with pause-less namespaces is pause-less; a pinned netns, named by its
+// checkpoint or its infra container, is pinned; anything else is docker.
+// Decided from the sandbox, not the flags: netshim restarted in another
+// mode still stops and removes the sandboxes of the one before.
+func (ds *DockerService) controllerOf(rec *store.Record, cp *checkpoint.PodSandbox) sandboxController {
+	switch {
+	case rec != nil && rec.Local, rec == nil && cp != nil && cp.Pauseless != nil:
+		return pauselessSandboxes{ds}
+	case cp != nil && cp.NetNS != "", rec != nil && rec.DockerLabels[labelNetNS] != "":
+		return pinnedSandboxes{infraSandboxes{ds}}
+	}
+	return dockerSandboxes{infraSandboxes{ds}}
+}
