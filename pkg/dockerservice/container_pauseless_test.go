@@ -61,7 +61,7 @@ func TestCreateContainerInPauselessSandbox(t *testing.T) {
 		t.Errorf("runtime %q network %q ipc %q uts %q pid %q; want %s, none, private, own, own",
 			hc.Runtime, hc.NetworkMode, hc.IpcMode, hc.UTSMode, hc.PidMode, OCIWrapperRuntime)
 	}
-	marker := (podns.Paths{podns.Net: e.cp.NetNS, podns.IPC: pl.IPC, podns.UTS: pl.UTS}).Env(e.ds.ociKey)
+	marker := (podns.Paths{podns.Net: e.cp.NetNS, podns.IPC: pl.IPC, podns.UTS: pl.UTS}).Env(e.ds.pins.ociKey)
 	var markers []string
 	for _, kv := range config.Env {
 		if podns.IsEnvEntry(kv) {
@@ -121,7 +121,7 @@ func TestPauselessContainerNamespaces(t *testing.T) {
 				if hc.PidMode != "" || hc.NetworkMode != "none" || hc.IpcMode != "private" {
 					t.Errorf("pid %q network %q ipc %q, want own, none, private", hc.PidMode, hc.NetworkMode, hc.IpcMode)
 				}
-				if want := (podns.Paths{podns.Net: e.cp.NetNS, podns.IPC: pl.IPC, podns.UTS: pl.UTS}).Env(e.ds.ociKey); !slices.Contains(config.Env, want) {
+				if want := (podns.Paths{podns.Net: e.cp.NetNS, podns.IPC: pl.IPC, podns.UTS: pl.UTS}).Env(e.ds.pins.ociKey); !slices.Contains(config.Env, want) {
 					t.Errorf("env %q lacks %q", config.Env, want)
 				}
 			}},
@@ -137,7 +137,7 @@ func TestPauselessContainerNamespaces(t *testing.T) {
 				if hc.NetworkMode != "host" || hc.UTSMode != "host" || hc.IpcMode != "private" {
 					t.Errorf("network %q uts %q ipc %q, want host, host, private", hc.NetworkMode, hc.UTSMode, hc.IpcMode)
 				}
-				if want := (podns.Paths{podns.IPC: pl.IPC}).Env(e.ds.ociKey); !slices.Contains(config.Env, want) {
+				if want := (podns.Paths{podns.IPC: pl.IPC}).Env(e.ds.pins.ociKey); !slices.Contains(config.Env, want) {
 					t.Errorf("env %q lacks %q", config.Env, want)
 				}
 				if config.Hostname != "" || hc.DNS != nil {
@@ -153,7 +153,7 @@ func TestPauselessContainerNamespaces(t *testing.T) {
 				if hc.IpcMode != "host" || hc.NetworkMode != "none" {
 					t.Errorf("ipc %q network %q, want host and none", hc.IpcMode, hc.NetworkMode)
 				}
-				if want := (podns.Paths{podns.Net: e.cp.NetNS, podns.UTS: pl.UTS}).Env(e.ds.ociKey); !slices.Contains(config.Env, want) {
+				if want := (podns.Paths{podns.Net: e.cp.NetNS, podns.UTS: pl.UTS}).Env(e.ds.pins.ociKey); !slices.Contains(config.Env, want) {
 					t.Errorf("env %q lacks %q", config.Env, want)
 				}
 				if len(hc.Sysctls) != 0 {

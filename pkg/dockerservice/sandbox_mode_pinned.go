@@ -38,7 +38,7 @@ func (c pinnedSandboxes) run(ctx context.Context, req *sandboxRequest) (*runtime
 	defer func() {
 		done()
 		if netns != "" {
-			if err := ds.pinner.Remove(netns); err != nil {
+			if err := ds.pins.pinner.Remove(netns); err != nil {
 				klog.FromContext(ctx).Error(err, "Failed to remove the pinned netns of a sandbox that was not created", "netns", netns)
 			}
 		}
@@ -53,7 +53,7 @@ func (c pinnedSandboxes) run(ctx context.Context, req *sandboxRequest) (*runtime
 	}
 	hostConfig.Sysctls = withoutSysctlsOf(hostConfig.Sysctls, podns.Net)
 	hostConfig.Runtime = OCIWrapperRuntime
-	config.Env = append(config.Env, paths.Env(ds.ociKey))
+	config.Env = append(config.Env, paths.Env(ds.pins.ociKey))
 	config.Labels[labelNetNS] = netns
 	req.timer.step("netns")
 

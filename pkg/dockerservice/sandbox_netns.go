@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
@@ -52,6 +53,29 @@ func ValidSandboxNetNSMode(mode string) error {
 	return fmt.Errorf("--sandbox-netns %q: want auto, pinned, pauseless or docker", mode)
 }
 
+// nsPinning is what the pinning of pod namespaces needs, in every mode
+// that pins (pinned, pause-less) and for the teardown of sandboxes made
+// in one.
+type nsPinning struct {
+	// pinner makes the pinned namespaces; nil without a --netns-dir.
+	// pinning holds the files a RunPodSandbox is making, which the
+	// start-up sweep must leave; pinMu orders the two.
+	pinner *podns.Pinner
+	// ociKey signs the markers naming pinned namespaces (podns.KeyFile in
+	// --netns-dir), which the OCI wrapper applies only with its MAC: an
+	// image's ENV cannot name a namespace. nil without a --netns-dir.
+	ociKey  *podns.Key
+	pinMu   sync.Mutex
+	pinning map[string]bool
+	// writeSysctls writes a pod's sysctls into its pinned namespaces,
+	// before the CNI ADD (podns.WriteSysctls; sandbox_sysctls.go).
+	writeSysctls func(podns.Paths, map[string]string) error
+	// netSysctlDefaults are the engine's defaults for a pod network
+	// namespace, written with the pod's own before the ADD
+	// (engineNetSysctlDefaults; sandbox_sysctls.go).
+	netSysctlDefaults map[string]string
+}
+
 // initPinning checks --sandbox-netns and, with a --netns-dir, sets up the
 // pinning of namespaces there: the pinner and the OCI wrapper's key.
 func (ds *DockerService) initPinning() error {
@@ -69,11 +93,11 @@ func (ds *DockerService) initPinning() error {
 	}
 	// Also in the docker mode: sandboxes made while pinned still tear
 	// down with, and then remove, the netns they name.
-	ds.pinner = podns.NewPinner(cfg.NetNSDir)
+	ds.pins.pinner = podns.NewPinner(cfg.NetNSDir)
 	key, err := podns.LoadOrCreateKey(cfg.NetNSDir)
 	switch {
 	case err == nil:
-		ds.ociKey = key
+		ds.pins.ociKey = key
 	case cfg.SandboxNetNS == SandboxNetNSDocker || cfg.SandboxNetNS == "":
 		// Only pinning needs it; a pod's start must not fail for it.
 		klog.ErrorS(err, "Cannot make the OCI wrapper's key; pinned sandboxes stay possible to tear down", "netnsDir", cfg.NetNSDir)
@@ -163,11 +187,11 @@ func (ds *DockerService) usePinnedNetNS(ctx context.Context, hostNetwork bool, h
 // key signed, instead of stranding the pod and leaking the mounts. A path
 // in no such directory is no file of netshim's (false).
 func (ds *DockerService) pinnerFor(path string) (*podns.Pinner, *podns.Key, bool) {
-	if ds.pinner == nil || !filepath.IsAbs(path) || filepath.Clean(path) != path {
+	if ds.pins.pinner == nil || !filepath.IsAbs(path) || filepath.Clean(path) != path {
 		return nil, nil, false
 	}
-	if ds.pinner.Owns(path) {
-		return ds.pinner, ds.ociKey, ds.ociKey != nil
+	if ds.pins.pinner.Owns(path) {
+		return ds.pins.pinner, ds.pins.ociKey, ds.pins.ociKey != nil
 	}
 	dir := filepath.Dir(path)
 	key, err := podns.ReadKey(dir)
@@ -192,7 +216,7 @@ const labelNetNS = labelPrefix + "netns"
 // called (once the checkpoint names the file, or it was removed) the
 // start-up sweep leaves it alone.
 func (ds *DockerService) pinSandboxNetNS() (paths podns.Paths, done func(), err error) {
-	if ds.ociKey == nil {
+	if ds.pins.ociKey == nil {
 		return nil, nil, errNoOCIKey
 	}
 	var b [8]byte
@@ -200,15 +224,15 @@ func (ds *DockerService) pinSandboxNetNS() (paths podns.Paths, done func(), err 
 		return nil, nil, err
 	}
 	name := "pod-" + hex.EncodeToString(b[:])
-	path := ds.pinner.Path(name, podns.Net)
-	ds.pinMu.Lock()
-	ds.pinning[path] = true
-	paths, err = ds.pinner.Pin(name, podns.Net)
-	ds.pinMu.Unlock()
+	path := ds.pins.pinner.Path(name, podns.Net)
+	ds.pins.pinMu.Lock()
+	ds.pins.pinning[path] = true
+	paths, err = ds.pins.pinner.Pin(name, podns.Net)
+	ds.pins.pinMu.Unlock()
 	done = func() {
-		ds.pinMu.Lock()
-		delete(ds.pinning, path)
-		ds.pinMu.Unlock()
+		ds.pins.pinMu.Lock()
+		delete(ds.pins.pinning, path)
+		ds.pins.pinMu.Unlock()
 	}
 	if err != nil {
 		done()
@@ -237,7 +261,7 @@ func (ds *DockerService) pinnedNetNS(cp *checkpoint.PodSandbox) (string, bool) {
 // is torn down and its containers stopped. Idempotent. A container still
 // running keeps a namespace alive without its file.
 func (ds *DockerService) releasePinnedNamespaces(cp *checkpoint.PodSandbox) error {
-	if cp == nil || ds.pinner == nil {
+	if cp == nil || ds.pins.pinner == nil {
 		return nil
 	}
 	for _, f := range pauselessFiles(cp) {
@@ -245,7 +269,7 @@ func (ds *DockerService) releasePinnedNamespaces(cp *checkpoint.PodSandbox) erro
 		if !ok {
 			// A checkpoint naming a file elsewhere is not netshim's to
 			// remove; nothing netshim made is left there.
-			klog.InfoS("WARNING: sandbox checkpoint names a namespace outside --netns-dir and any directory holding netshim's key; not removing it", "podSandboxID", cp.SandboxID, "path", f, "netnsDir", ds.pinner.Dir())
+			klog.InfoS("WARNING: sandbox checkpoint names a namespace outside --netns-dir and any directory holding netshim's key; not removing it", "podSandboxID", cp.SandboxID, "path", f, "netnsDir", ds.pins.pinner.Dir())
 			continue
 		}
 		if err := pinner.Remove(f); err != nil {
@@ -263,14 +287,14 @@ func (ds *DockerService) releasePinnedNamespaces(cp *checkpoint.PodSandbox) erro
 // names its file through its checkpoint or its infra container's label;
 // files a RunPodSandbox is making are skipped (pinMu orders the two).
 func (ds *DockerService) sweepPinnedNetNS() {
-	if ds.pinner == nil {
+	if ds.pins.pinner == nil {
 		return
 	}
-	ds.pinMu.Lock()
-	defer ds.pinMu.Unlock()
-	files, err := ds.pinner.List()
+	ds.pins.pinMu.Lock()
+	defer ds.pins.pinMu.Unlock()
+	files, err := ds.pins.pinner.List()
 	if err != nil {
-		klog.ErrorS(err, "Failed to list pinned network namespaces; leaving them", "netnsDir", ds.pinner.Dir())
+		klog.ErrorS(err, "Failed to list pinned network namespaces; leaving them", "netnsDir", ds.pins.pinner.Dir())
 		return
 	}
 	if len(files) == 0 {
@@ -289,17 +313,17 @@ func (ds *DockerService) sweepPinnedNetNS() {
 	}
 	removed := 0
 	for _, f := range files {
-		if used[f] || ds.pinning[f] {
+		if used[f] || ds.pins.pinning[f] {
 			continue
 		}
-		if err := ds.pinner.Remove(f); err != nil {
+		if err := ds.pins.pinner.Remove(f); err != nil {
 			klog.ErrorS(err, "Failed to remove a pinned network namespace no sandbox uses", "netns", f)
 			continue
 		}
 		removed++
 	}
 	if removed > 0 {
-		klog.InfoS("Removed pinned network namespaces no sandbox uses", "count", removed, "netnsDir", ds.pinner.Dir())
+		klog.InfoS("Removed pinned network namespaces no sandbox uses", "count", removed, "netnsDir", ds.pins.pinner.Dir())
 	}
 }
 

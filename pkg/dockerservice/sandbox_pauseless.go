@@ -224,7 +224,7 @@ func (ds *DockerService) existingSandboxByName(ctx context.Context, name string,
 // and its /dev/shm. Until done is called the start-up sweep leaves them
 // alone; on error nothing is left.
 func (ds *DockerService) pinPauselessNamespaces() (paths podns.Paths, shm string, done func(), err error) {
-	if ds.ociKey == nil {
+	if ds.pins.ociKey == nil {
 		return nil, "", nil, errNoOCIKey
 	}
 	var b [8]byte
@@ -233,30 +233,30 @@ func (ds *DockerService) pinPauselessNamespaces() (paths podns.Paths, shm string
 	}
 	name := "pod-" + hex.EncodeToString(b[:])
 	kinds := []podns.Kind{podns.Net, podns.IPC, podns.UTS}
-	held := []string{ds.pinner.ShmPath(name)}
+	held := []string{ds.pins.pinner.ShmPath(name)}
 	for _, k := range kinds {
-		held = append(held, ds.pinner.Path(name, k))
+		held = append(held, ds.pins.pinner.Path(name, k))
 	}
-	ds.pinMu.Lock()
+	ds.pins.pinMu.Lock()
 	for _, p := range held {
-		ds.pinning[p] = true
+		ds.pins.pinning[p] = true
 	}
-	paths, err = ds.pinner.Pin(name, kinds...)
+	paths, err = ds.pins.pinner.Pin(name, kinds...)
 	if err == nil {
-		shm, err = ds.pinner.MountShm(name, pauselessShmSize)
+		shm, err = ds.pins.pinner.MountShm(name, pauselessShmSize)
 		if err != nil {
 			for _, p := range paths {
-				_ = ds.pinner.Remove(p)
+				_ = ds.pins.pinner.Remove(p)
 			}
 		}
 	}
-	ds.pinMu.Unlock()
+	ds.pins.pinMu.Unlock()
 	done = func() {
-		ds.pinMu.Lock()
+		ds.pins.pinMu.Lock()
 		for _, p := range held {
-			delete(ds.pinning, p)
+			delete(ds.pins.pinning, p)
 		}
-		ds.pinMu.Unlock()
+		ds.pins.pinMu.Unlock()
 	}
 	if err != nil {
 		done()
@@ -378,7 +378,7 @@ func (c pauselessSandboxes) joinSandbox(_ context.Context, sb *store.Record) (sa
 	}
 	// The wrapper puts the container in the pod's pinned namespaces
 	// (containerDockerConfig names them).
-	j := sandboxJoin{pauseless: cp, cgroupParent: cp.Pauseless.CgroupParent, ociKey: c.ds.ociKey, runtime: OCIWrapperRuntime}
+	j := sandboxJoin{pauseless: cp, cgroupParent: cp.Pauseless.CgroupParent, ociKey: c.ds.pins.ociKey, runtime: OCIWrapperRuntime}
 	if files := pauselessFiles(cp); len(files) > 0 {
 		_, j.ociKey, _ = c.ds.pinnerFor(files[0])
 	}

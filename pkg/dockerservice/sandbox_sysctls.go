@@ -48,9 +48,9 @@ import (
 func (ds *DockerService) writePodSysctls(cfg *runtimeapi.PodSandboxConfig, paths podns.Paths) error {
 	sysctls := cfg.GetLinux().GetSysctls()
 	if _, ok := paths[podns.Net]; ok {
-		sysctls = withDefaults(sysctls, ds.netSysctlDefaults)
+		sysctls = withDefaults(sysctls, ds.pins.netSysctlDefaults)
 	}
-	err := ds.writeSysctls(paths, sysctls)
+	err := ds.pins.writeSysctls(paths, sysctls)
 	if err == nil {
 		return nil
 	}

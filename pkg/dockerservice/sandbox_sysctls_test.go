@@ -40,7 +40,7 @@ type sysctlWriter struct {
 
 func watchSysctls(e *testEnv) *sysctlWriter {
 	w := &sysctlWriter{}
-	e.ds.writeSysctls = func(paths podns.Paths, sysctls map[string]string) error {
+	e.ds.pins.writeSysctls = func(paths podns.Paths, sysctls map[string]string) error {
 		e.plugin.record("WriteSysctls")
 		pinned := true
 		for k, p := range paths {
@@ -227,9 +227,9 @@ func TestPodSysctlRefusedUndoesSandbox(t *testing.T) {
 				if err != nil || len(list.Items) != 0 {
 					t.Errorf("sandboxes listed: %v, %v", list.GetItems(), err)
 				}
-				e.ds.pinMu.Lock()
-				pinning := len(e.ds.pinning)
-				e.ds.pinMu.Unlock()
+				e.ds.pins.pinMu.Lock()
+				pinning := len(e.ds.pins.pinning)
+				e.ds.pins.pinMu.Unlock()
 				if pinning != 0 {
 					t.Errorf("%d files still held from the start-up sweep", pinning)
 				}
@@ -257,7 +257,7 @@ func TestPodSysctlsWithEngineDefaults(t *testing.T) {
 	for _, mode := range []string{SandboxNetNSPinned, SandboxNetNSPauseless} {
 		t.Run(mode, func(t *testing.T) {
 			e, _ := newPinnedEnv(t, mode, true)
-			e.ds.netSysctlDefaults = defaults
+			e.ds.pins.netSysctlDefaults = defaults
 			w := watchSysctls(e)
 			cfg := sysctlPodConfig("web")
 			cfg.Linux.Sysctls["net/ipv4/ip_unprivileged_port_start"] = "1001"

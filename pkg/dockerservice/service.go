@@ -96,24 +96,9 @@ type DockerService struct {
 	layers *layerUsage
 	// events publishes container events (container_events.go).
 	events *containerEvents
-	// pinner makes the pinned network namespaces; nil without a
-	// --netns-dir (sandbox_netns.go). pinning holds the files a
-	// RunPodSandbox is making, which the start-up sweep must leave;
-	// pinMu orders the two.
-	pinner *podns.Pinner
-	// ociKey signs the markers naming pinned namespaces (podns.KeyFile in
-	// --netns-dir), which the OCI wrapper applies only with its MAC: an
-	// image's ENV cannot name a namespace. nil without a --netns-dir.
-	ociKey  *podns.Key
-	pinMu   sync.Mutex
-	pinning map[string]bool
-	// writeSysctls writes a pod's sysctls into its pinned namespaces,
-	// before the CNI ADD (podns.WriteSysctls; sandbox_sysctls.go).
-	writeSysctls func(podns.Paths, map[string]string) error
-	// netSysctlDefaults are the engine's defaults for a pod network
-	// namespace, written with the pod's own before the ADD
-	// (engineNetSysctlDefaults; sandbox_sysctls.go).
-	netSysctlDefaults map[string]string
+	// pins is the pinning of pod namespaces under --netns-dir
+	// (sandbox_netns.go, sandbox_sysctls.go).
+	pins nsPinning
 
 	// pods is netshim's own state of the sandboxes: the checkpoint
 	// mirror, the checkpoints that could not be loaded at start-up
@@ -157,14 +142,16 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		cfg.StopTimeout = 10 * time.Second
 	}
 	ds := &DockerService{
-		cfg:               cfg,
-		client:            client,
-		checkpoints:       checkpoints,
-		pods:              podstate.New(),
-		pinning:           map[string]bool{},
-		writeSysctls:      podns.WriteSysctls,
-		netSysctlDefaults: engineNetSysctlDefaults(hostHasSysctl),
-		containers:        newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
+		cfg:         cfg,
+		client:      client,
+		checkpoints: checkpoints,
+		pods:        podstate.New(),
+		pins: nsPinning{
+			pinning:           map[string]bool{},
+			writeSysctls:      podns.WriteSysctls,
+			netSysctlDefaults: engineNetSysctlDefaults(hostHasSysctl),
+		},
+		containers: newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
 	}
 	ds.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
 	ds.index = ds.newIndex()

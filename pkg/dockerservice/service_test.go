@@ -131,10 +131,10 @@ func startService(t testing.TB, ds *DockerService) {
 	ds.containers.netnsPath = func(_ string, pid int) (string, error) { return fmt.Sprintf("/proc/%d/ns/net", pid), nil }
 	// The kernel is never asked from these tests: pkg/podns tests the
 	// writer; sandbox_sysctls_test.go replaces this to watch it.
-	ds.writeSysctls = func(podns.Paths, map[string]string) error { return nil }
+	ds.pins.writeSysctls = func(podns.Paths, map[string]string) error { return nil }
 	// Nor the host's sysctls: the tests that want the engine's defaults
 	// set them.
-	ds.netSysctlDefaults = nil
+	ds.pins.netSysctlDefaults = nil
 	ctx, cancel := context.WithCancel(context.Background())
 	ds.Start(ctx)
 	t.Cleanup(func() {
