@@ -367,7 +367,7 @@ func (ds *DockerService) nameAdoptedImages(ctx context.Context) {
 		}
 		names[rec.ImageID] = n
 	}
-	ds.adoptedImages.Store(&names)
+	ds.images.adopted.Store(&names)
 }
 
 // adoptedImageOf is what ContainerStatus reports as an adopted
@@ -378,7 +378,7 @@ func (ds *DockerService) adoptedImageOf(rec *store.Record, info *containerInfo) 
 		return nil, "", false
 	}
 	var n adoptedImage
-	if names := ds.adoptedImages.Load(); names != nil {
+	if names := ds.images.adopted.Load(); names != nil {
 		n = (*names)[rec.ImageID]
 	}
 	if n.name == "" {

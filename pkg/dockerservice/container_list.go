@@ -22,7 +22,7 @@ func (ds *DockerService) ListContainers(_ context.Context, r *runtimeapi.ListCon
 	}
 	f := r.GetFilter()
 	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
-		if slot := ds.containerListWire.slot(f.GetState() != nil, int32(f.GetState().GetState())); slot != nil {
+		if slot := ds.wire.containers.slot(f.GetState() != nil, int32(f.GetState().GetState())); slot != nil {
 			return cachedOrBuildIf(slot, ds.currentStateKey(), func() (*runtimeapi.ListContainersResponse, bool) {
 				return ds.listContainers(f)
 			}), nil

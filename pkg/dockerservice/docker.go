@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
@@ -87,7 +88,7 @@ func (ds *DockerService) negotiateAPIVersion(ctx context.Context) (string, error
 	}
 	ds.client.NegotiateAPIVersionPing(ping)
 	v := ds.client.ClientVersion()
-	if changed := ds.versions.setAPI(v); changed {
+	if changed := ds.engine.versions.setAPI(v); changed {
 		klog.InfoS("Docker API version negotiated", "apiVersion", v, "engineAPIVersion", ping.APIVersion)
 		if versions.LessThan(v, minDockerAPI) {
 			klog.InfoS("WARNING: the Docker engine is older than netshim supports; some requests may fail", "apiVersion", v, "minimum", minDockerAPI)
@@ -99,10 +100,24 @@ func (ds *DockerService) negotiateAPIVersion(ctx context.Context) (string, error
 // dockerAPIVersion is the negotiated API version, negotiating it if that
 // has not been done yet.
 func (ds *DockerService) dockerAPIVersion(ctx context.Context) (string, error) {
-	if _, v := ds.versions.get(); v != "" {
+	if _, v := ds.engine.versions.get(); v != "" {
 		return v, nil
 	}
 	return ds.negotiateAPIVersion(ctx)
+}
+
+// engineState is what netshim knows of the engine it talks to.
+type engineState struct {
+	// session counts the events streams that synced the index: a
+	// dockerd restart starts a new one (settings read of the engine are
+	// read again then).
+	session atomic.Uint64
+	// versions are the engine's version, read when the events stream
+	// connects, and the negotiated API version.
+	versions engineVersions
+	// runtimes caches the engine's runtimes, which runtime handlers name
+	// (runtime_handlers.go).
+	runtimes *runtimeCatalog
 }
 
 // engineVersions is what netshim learnt of the engine it talks to: its

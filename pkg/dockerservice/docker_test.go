@@ -15,7 +15,7 @@ import (
 // not negotiated yet, as when netshim starts against that engine.
 func (e *testEnv) useEngineAPI(v string) {
 	e.docker.Do(func(s *fakedocker.State) { s.APIVersion, s.ClientVersion = v, "" })
-	e.ds.versions.setAPI("")
+	e.ds.engine.versions.setAPI("")
 }
 
 // What a container is created with follows the API version negotiated

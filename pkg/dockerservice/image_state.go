@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // imageState is what the ImageService keeps between calls: what
@@ -14,6 +15,10 @@ type imageState struct {
 	users   userCache
 	fs      fsUsageCache
 	present presentImages
+	// adopted names the images of containers taken over from
+	// cri-dockerd, by image ID: set once after the first sync, read by
+	// ContainerStatus (adopt.go).
+	adopted atomic.Pointer[map[string]adoptedImage]
 }
 
 // presentImages remembers the images known to exist locally, by the

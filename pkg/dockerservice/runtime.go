@@ -23,7 +23,7 @@ const (
 // Version reports the Docker engine's version (cached when the events
 // stream connects) and the CRI version.
 func (ds *DockerService) Version(ctx context.Context, _ *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
-	v, _ := ds.versions.get()
+	v, _ := ds.engine.versions.get()
 	if v == "" {
 		sv, err := ds.client.ServerVersion(ctx)
 		if err != nil {

@@ -408,13 +408,13 @@ func (ds *DockerService) readEngineRuntimes(ctx context.Context) (*engineRuntime
 	if err != nil {
 		return nil, fmt.Errorf("asking Docker for its runtimes: %w", err)
 	}
-	return newEngineRuntimes(info, api, ds.runtimes.now()), nil
+	return newEngineRuntimes(info, api, ds.engine.runtimes.now()), nil
 }
 
 // liveAPIVersion is the API version negotiated now, else the one the
 // runtimes were read with: features follow the engine netshim talks to.
 func (ds *DockerService) liveAPIVersion(r *engineRuntimes) string {
-	_, v := ds.versions.get()
+	_, v := ds.engine.versions.get()
 	if v == "" && r != nil {
 		v = r.apiVersion
 	}
@@ -428,7 +428,7 @@ func (ds *DockerService) statusRuntimeHandlers(ctx context.Context) []*runtimeap
 	if ready, _ := ds.index.Health(); ready {
 		wait = statusFirstReadWait
 	}
-	r := ds.runtimes.get(ctx, wait)
+	r := ds.engine.runtimes.get(ctx, wait)
 	return r.handlers(ds.liveAPIVersion(r))
 }
 
@@ -437,7 +437,7 @@ func (ds *DockerService) statusRuntimeHandlers(ctx context.Context) []*runtimeap
 func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string) error {
 	// From the cache as it is, reading nothing: the default handler
 	// costs no docker info; Status (kubelet polls it) keeps it fresh.
-	if r := ds.runtimes.snapshot(); r != nil && r.wrapperMisuse != "" {
+	if r := ds.engine.runtimes.snapshot(); r != nil && r.wrapperMisuse != "" {
 		return withCode(codes.FailedPrecondition, errors.New(r.wrapperMisuse))
 	}
 	if handler == "" {
@@ -448,11 +448,11 @@ func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string
 		// only netshim may choose them (sandbox_netns.go).
 		return invalidArgf("runtime handler %s is netshim's internal OCI runtime wrapper for pinned sandbox namespaces, not a RuntimeClass handler; use \"\" (the default) or another runtime", shortQuote(handler))
 	}
-	if r := ds.runtimes.get(ctx, runtimesReadTimeout); r != nil && r.has(handler) {
+	if r := ds.engine.runtimes.get(ctx, runtimesReadTimeout); r != nil && r.has(handler) {
 		return nil
 	}
 	// Not in the cache: the runtime may just have been added.
-	r, err := ds.runtimes.refresh(ctx)
+	r, err := ds.engine.runtimes.refresh(ctx)
 	if r == nil {
 		if err == nil {
 			err = ctx.Err()
@@ -478,7 +478,7 @@ func (ds *DockerService) checkRecursiveReadOnlyMounts(ctx context.Context, mount
 	if i < 0 || !apiAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
 		return nil
 	}
-	r := ds.runtimes.get(ctx, runtimesReadTimeout)
+	r := ds.engine.runtimes.get(ctx, runtimesReadTimeout)
 	if s, why := r.recursiveReadOnly(handler, apiVersion); s == unsupported {
 		return invalidArgf("mount %s: recursive read-only mounts are not supported with runtime handler %s: %s", mounts[i].GetContainerPath(), shortQuote(handler), why)
 	}

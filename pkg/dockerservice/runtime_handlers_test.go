@@ -202,7 +202,7 @@ func runtimesEnv(t *testing.T, info system.Info) (*testEnv, *fakeClock) {
 	t.Helper()
 	e := newTestEnv(t)
 	clk := newFakeClock()
-	e.ds.runtimes.now = clk.now
+	e.ds.engine.runtimes.now = clk.now
 	e.setInfo(info)
 	return e, clk
 }

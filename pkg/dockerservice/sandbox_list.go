@@ -23,7 +23,7 @@ func (ds *DockerService) ListPodSandbox(_ context.Context, r *runtimeapi.ListPod
 	if f.GetId() == "" && len(f.GetLabelSelector()) == 0 {
 		// kubelet's relist and housekeeping: the same answer until the
 		// state changes.
-		if slot := ds.sandboxListWire.slot(f.GetState() != nil, int32(f.GetState().GetState())); slot != nil {
+		if slot := ds.wire.sandboxes.slot(f.GetState() != nil, int32(f.GetState().GetState())); slot != nil {
 			return cachedOrBuild(slot, ds.currentStateKey(), func() *runtimeapi.ListPodSandboxResponse {
 				return ds.listPodSandbox(f)
 			}), nil

@@ -123,12 +123,12 @@ func (ds *DockerService) sandboxNetNSMode(ctx context.Context) netnsMode {
 	case SandboxNetNSDocker, "":
 		// No read for this mode; a misregistered wrapper fails every
 		// pod in any mode (checkRuntimeHandler).
-		if r := ds.runtimes.snapshot(); r != nil && r.wrapperMisuse != "" {
+		if r := ds.engine.runtimes.snapshot(); r != nil && r.wrapperMisuse != "" {
 			return netnsMode{"unavailable", "RunPodSandbox fails: " + r.wrapperMisuse}
 		}
 		return netnsMode{SandboxNetNSDocker, "--sandbox-netns=docker"}
 	}
-	r := ds.runtimes.get(ctx, runtimesReadTimeout)
+	r := ds.engine.runtimes.get(ctx, runtimesReadTimeout)
 	if r != nil && r.wrapperMisuse != "" {
 		return netnsMode{"unavailable", "RunPodSandbox fails: " + r.wrapperMisuse}
 	}
@@ -171,7 +171,7 @@ func (ds *DockerService) usePinnedNetNS(ctx context.Context, hostNetwork bool, h
 		return false, nil
 	}
 	// Pinned asked for, wrapper not seen: it may just have been added.
-	if r, _ := ds.runtimes.refresh(ctx); r != nil && r.wrapperMisuse != "" {
+	if r, _ := ds.engine.runtimes.refresh(ctx); r != nil && r.wrapperMisuse != "" {
 		return false, withCode(codes.FailedPrecondition, errors.New(r.wrapperMisuse))
 	} else if r != nil && r.hasWrapper {
 		return true, nil

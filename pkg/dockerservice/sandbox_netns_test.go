@@ -299,9 +299,9 @@ func TestPinnedModeWithoutWrapper(t *testing.T) {
 	// Registered later (SIGHUP): the next RunPodSandbox sees it, once
 	// the forced re-read's minimum gap has passed.
 	withWrapper(e)
-	e.ds.runtimes.mu.Lock()
-	e.ds.runtimes.now = func() time.Time { return time.Now().Add(2 * runtimesForcedMinGap) }
-	e.ds.runtimes.mu.Unlock()
+	e.ds.engine.runtimes.mu.Lock()
+	e.ds.engine.runtimes.now = func() time.Time { return time.Now().Add(2 * runtimesForcedMinGap) }
+	e.ds.engine.runtimes.mu.Unlock()
 	if ok, err := e.ds.usePinnedNetNS(context.Background(), false, ""); err != nil || !ok {
 		t.Errorf("after registering the wrapper: pinned %v, %v", ok, err)
 	}

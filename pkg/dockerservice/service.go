@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -87,9 +86,9 @@ type DockerService struct {
 	// images caches what ListImages and ImageFsInfo would otherwise ask
 	// Docker for on every poll (image_state.go).
 	images imageState
-	// runtimes caches the engine's runtimes, which runtime handlers name
-	// (runtime_handlers.go).
-	runtimes *runtimeCatalog
+	// engine is what netshim knows of the engine it talks to: its
+	// version, the negotiated API version, its runtimes (docker.go).
+	engine engineState
 	// streaming serves exec/attach/port-forward sessions (streaming.go).
 	streaming StreamingServer
 	// layers measures containers' writable layers (container_layer.go).
@@ -110,28 +109,22 @@ type DockerService struct {
 	// memory copies (sandbox_lock.go).
 	pods *podstate.Store
 
-	// adoptedImages names the images of containers taken over from
-	// cri-dockerd, by image ID: set once after the first sync, read by
-	// ContainerStatus (adopt.go).
-	adoptedImages atomic.Pointer[map[string]adoptedImage]
-	// recoverOnce runs the rebuild of the sandboxes whose checkpoint
-	// could not be loaded, after the first index sync.
-	recoverOnce sync.Once
-	// sandboxListWire and containerListWire cache the encoded
-	// ListPodSandbox and ListContainers answers kubelet polls, keyed by
-	// the generations of the index's store and of pods (wire_cache.go).
-	sandboxListWire   listCache
-	containerListWire listCache
-	// engineSession counts the events streams that synced the index: a
-	// dockerd restart starts a new one (settings read of the engine are
-	// read again then).
-	engineSession atomic.Uint64
-	// versions are the engine's version, read when the events stream
-	// connects, and the negotiated API version (docker.go).
-	versions engineVersions
-	// startupTearDown starts the teardown retry of dead sandboxes after
-	// the first index sync (sandbox_teardown_retry.go).
-	startupTearDown sync.Once
+	// wire caches the encoded ListPodSandbox and ListContainers answers
+	// kubelet polls (wire_cache.go).
+	wire wireCaches
+	// startup is the work done once, after the first index sync.
+	startup startupOnce
+}
+
+// startupOnce is the work done once, after the index's first sync
+// (state_sync.go).
+type startupOnce struct {
+	// recover takes over cri-dockerd's pods, rebuilds the sandboxes whose
+	// checkpoint could not be loaded, and sweeps --netns-dir.
+	recover sync.Once
+	// tearDown starts the teardown retry of dead sandboxes
+	// (sandbox_teardown_retry.go).
+	tearDown sync.Once
 }
 
 // NewDockerService builds the service: it loads the checkpoints, then
@@ -153,7 +146,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		},
 		containers: newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
 	}
-	ds.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
+	ds.engine.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
 	ds.index = ds.newIndex()
 	ds.store = ds.index.Store()
 	ds.layers = newLayerUsage(client.Info, ds.store, cfg.LayerUsage)

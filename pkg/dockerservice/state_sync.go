@@ -55,7 +55,7 @@ func (ds *DockerService) Start(ctx context.Context) {
 		case <-ds.index.SyncedCh():
 			// Once the index is known, free what dead sandboxes still
 			// hold (sandbox_teardown_retry.go).
-			ds.startupTearDown.Do(func() { ds.retryPendingTearDowns(ctx) })
+			ds.startup.tearDown.Do(func() { ds.retryPendingTearDowns(ctx) })
 		case <-ctx.Done():
 		}
 	}()
@@ -74,7 +74,7 @@ func (ds *DockerService) Start(ctx context.Context) {
 // time, log copies are marked and resumed (container_log.go), so that no
 // exit is reported before its log is drained.
 func (ds *DockerService) beforeIndexSynced(ctx context.Context) {
-	ds.recoverOnce.Do(func() {
+	ds.startup.recover.Do(func() {
 		if ds.cfg.AdoptCRIDockerd {
 			ds.adoptCRIDockerd(context.WithoutCancel(ctx))
 		}
@@ -89,7 +89,7 @@ func (ds *DockerService) beforeIndexSynced(ctx context.Context) {
 func (ds *DockerService) onIndexSync(ctx context.Context) {
 	// A new stream may be a new dockerd: what was read of the old one's
 	// settings is read again (image_fsinfo.go).
-	ds.engineSession.Add(1)
+	ds.engine.session.Add(1)
 	ds.refreshVersion(ctx)
 	nctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
@@ -229,5 +229,5 @@ func (ds *DockerService) refreshVersion(ctx context.Context) {
 		klog.ErrorS(err, "Failed to read Docker's version")
 		return
 	}
-	ds.versions.setEngine(v.Version)
+	ds.engine.versions.setEngine(v.Version)
 }

@@ -18,6 +18,12 @@ import (
 // built and encoded once per change of state, and the server's codec
 // sends the cached bytes when handed that same message.
 
+// wireCaches are the cached answers of the two lists kubelet polls, keyed
+// by the generations of the index's store and of pods.
+type wireCaches struct {
+	sandboxes, containers listCache
+}
+
 // encodedResponse is a response message with its wire form.
 type encodedResponse struct {
 	key  stateKey
@@ -108,7 +114,7 @@ type cachingCodec struct {
 }
 
 func (c *cachingCodec) Marshal(v any) (mem.BufferSlice, error) {
-	for _, cache := range []*listCache{&c.ds.sandboxListWire, &c.ds.containerListWire} {
+	for _, cache := range []*listCache{&c.ds.wire.sandboxes, &c.ds.wire.containers} {
 		if wire, ok := cache.wire(v); ok {
 			// SliceBuffer's Free is a no-op, so the bytes may be shared
 			// by any number of in-flight answers.
