@@ -79,7 +79,7 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 	}
 	log := []any{"podSandboxID", id, "pod", klog.KRef(cp.Namespace, cp.Name), "ready", cp.Setup == checkpoint.SetupReady, "ips", cp.IPs}
 	if issue.Rewrite {
-		if err := ds.checkpoints.Put(cp); err != nil {
+		if err := ds.pods.WriteFile(cp); err != nil {
 			klog.ErrorS(err, "Failed to write the rebuilt checkpoint; keeping it in memory", log...)
 		}
 	}

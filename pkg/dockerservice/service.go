@@ -9,8 +9,6 @@ package dockerservice
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -71,10 +69,9 @@ type DockerService struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
 
-	cfg         Config
-	client      DockerClient
-	network     *network.PluginManager
-	checkpoints *checkpoint.Manager
+	cfg     Config
+	client  DockerClient
+	network *network.PluginManager
 	// store is the index's store: every read of container state goes
 	// to it; writes go through index (pkg/dockerservice/index).
 	store       *store.Store
@@ -135,10 +132,9 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 		cfg.StopTimeout = 10 * time.Second
 	}
 	ds := &DockerService{
-		cfg:         cfg,
-		client:      client,
-		checkpoints: checkpoints,
-		pods:        podstate.New(),
+		cfg:    cfg,
+		client: client,
+		pods:   podstate.New(checkpoints),
 		pins: nsPinning{
 			pinning:           map[string]bool{},
 			writeSysctls:      podns.WriteSysctls,
@@ -155,7 +151,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	ds.store.OnChange(ds.events.touch)
 	cfg.Metrics.SetStateCounts(ds.countByState) // metrics.go
 	ds.containers.streams.onSettled = ds.events.touch
-	if err := ds.loadCheckpoints(); err != nil {
+	if err := ds.pods.Load(); err != nil {
 		return nil, err
 	}
 	ds.killOrphanedPlugins() // cni_orphans.go
@@ -174,45 +170,6 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	return ds, nil
 }
 
-// loadCheckpoints fills the in-memory mirror. No single checkpoint can stop
-// the daemon: one that is corrupt (moved aside by the manager), written by a
-// newer netshim, or unreadable is reported and skipped, and the sandbox is
-// rebuilt from what is still known once the index is synced. A crash loop
-// under systemd would leave every pod on the node unmanaged for the sake of
-// one file. Only a checkpoint directory that cannot be listed is fatal.
-func (ds *DockerService) loadCheckpoints() error {
-	ids, err := ds.checkpoints.List()
-	if err != nil {
-		return fmt.Errorf("listing checkpoints: %w", err)
-	}
-	for _, id := range ids {
-		cp, err := ds.checkpoints.Get(id)
-		if err != nil {
-			var (
-				ce *checkpoint.CorruptError
-				ue *checkpoint.UnsupportedVersionError
-			)
-			issue := podstate.Issue{Err: err.Error()}
-			switch {
-			case errors.As(err, &ce):
-				// The path is free again: the rebuilt checkpoint
-				// can be written there.
-				issue.Rewrite = ce.MovedTo != ""
-				klog.ErrorS(err, "Corrupt sandbox checkpoint set aside; the sandbox will be rebuilt from its container and the CNI cache", "podSandboxID", id, "movedTo", ce.MovedTo)
-			case errors.As(err, &ue):
-				klog.ErrorS(err, "Sandbox checkpoint from a newer netshim left in place; the sandbox will be rebuilt in memory from its container and the CNI cache", "podSandboxID", id)
-			default:
-				klog.ErrorS(err, "Unreadable sandbox checkpoint skipped; the sandbox will be rebuilt in memory from its container and the CNI cache", "podSandboxID", id)
-			}
-			ds.pods.SetIssue(id, issue)
-			continue
-		}
-		ds.pods.Put(cp)
-	}
-	klog.InfoS("Loaded sandbox checkpoints", "count", ds.pods.Len(), "skipped", len(ds.pods.Issues()))
-	return nil
-}
-
 // getCheckpoint returns the cached checkpoint of a sandbox, or nil.
 func (ds *DockerService) getCheckpoint(id string) *checkpoint.PodSandbox {
 	return ds.pods.Get(id)
@@ -220,20 +177,18 @@ func (ds *DockerService) getCheckpoint(id string) *checkpoint.PodSandbox {
 
 // putCheckpoint writes a checkpoint to disk, then to the mirror.
 func (ds *DockerService) putCheckpoint(cp *checkpoint.PodSandbox) error {
-	if err := ds.checkpoints.Put(cp); err != nil {
-		return fmt.Errorf("writing checkpoint of sandbox %s: %w", cp.SandboxID, err)
+	if err := ds.pods.Save(cp); err != nil {
+		return err
 	}
-	ds.pods.Put(cp)
 	ds.checkpointChanged(cp.SandboxID)
 	return nil
 }
 
 // removeCheckpoint deletes a checkpoint from disk and from the mirror.
 func (ds *DockerService) removeCheckpoint(id string) error {
-	if err := ds.checkpoints.Remove(id); err != nil {
-		return fmt.Errorf("removing checkpoint of sandbox %s: %w", id, err)
+	if err := ds.pods.Remove(id); err != nil {
+		return err
 	}
-	ds.pods.Delete(id)
 	ds.checkpointChanged(id)
 	return nil
 }

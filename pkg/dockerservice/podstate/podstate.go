@@ -3,7 +3,9 @@
 // that no hot path reads them from disk), why a checkpoint could not be
 // loaded at start-up, the names of sandboxes a RunPodSandbox is creating,
 // the pause-less sandboxes last seen without their pinned files, and the
-// lock that serialises one sandbox's lifecycle.
+// lock that serialises one sandbox's lifecycle. It keeps the checkpoint
+// files too (Load, Save, Remove): a change is written to disk first, then
+// to the mirror, so the mirror never holds what a restart would lose.
 //
 // The store owns its lock and hands out no map. Checkpoint records are
 // immutable once stored, like the index's records (package store): a
@@ -15,10 +17,14 @@ package podstate
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/keylock"
@@ -37,6 +43,8 @@ type Issue struct {
 // Store holds the state of the sandboxes netshim knows. The zero value is
 // not usable; call New.
 type Store struct {
+	// disk keeps the checkpoint files.
+	disk *checkpoint.Manager
 	// lifecycle serialises the steps of one sandbox (run, stop, remove,
 	// start-up teardown and recovery) and the writes of its checkpoint's
 	// disk and memory copies; different sandboxes proceed in parallel.
@@ -50,9 +58,11 @@ type Store struct {
 	unpinned  map[string]bool
 }
 
-// New returns an empty store.
-func New() *Store {
+// New returns an empty store whose checkpoint files disk keeps; Load
+// reads them.
+func New(disk *checkpoint.Manager) *Store {
 	return &Store{
+		disk:      disk,
 		sandboxes: map[string]*checkpoint.PodSandbox{},
 		issues:    map[string]Issue{},
 		creating:  map[string]bool{},
@@ -74,6 +84,73 @@ func (s *Store) Lock(ctx context.Context, id string) (unlock func(), err error) 
 	return s.lifecycle.Lock(ctx, id)
 }
 
+// Load fills the mirror from the checkpoint files. No single checkpoint
+// can stop the daemon: one that is corrupt (moved aside by the manager),
+// written by a newer netshim, or unreadable is reported, logged and
+// skipped (Issues), and its sandbox is rebuilt from what is still known
+// once the engine's state is read. A crash loop under systemd would leave
+// every pod on the node unmanaged for the sake of one file. Only a
+// checkpoint directory that cannot be listed is an error.
+func (s *Store) Load() error {
+	ids, err := s.disk.List()
+	if err != nil {
+		return fmt.Errorf("listing checkpoints: %w", err)
+	}
+	for _, id := range ids {
+		cp, err := s.disk.Get(id)
+		if err != nil {
+			var (
+				ce *checkpoint.CorruptError
+				ue *checkpoint.UnsupportedVersionError
+			)
+			issue := Issue{Err: err.Error()}
+			switch {
+			case errors.As(err, &ce):
+				// The path is free again: the rebuilt checkpoint
+				// can be written there.
+				issue.Rewrite = ce.MovedTo != ""
+				klog.ErrorS(err, "Corrupt sandbox checkpoint set aside; the sandbox will be rebuilt from its container and the CNI cache", "podSandboxID", id, "movedTo", ce.MovedTo)
+			case errors.As(err, &ue):
+				klog.ErrorS(err, "Sandbox checkpoint from a newer netshim left in place; the sandbox will be rebuilt in memory from its container and the CNI cache", "podSandboxID", id)
+			default:
+				klog.ErrorS(err, "Unreadable sandbox checkpoint skipped; the sandbox will be rebuilt in memory from its container and the CNI cache", "podSandboxID", id)
+			}
+			s.SetIssue(id, issue)
+			continue
+		}
+		s.Put(cp)
+	}
+	klog.InfoS("Loaded sandbox checkpoints", "count", s.Len(), "skipped", len(s.Issues()))
+	return nil
+}
+
+// Save writes the checkpoint of a sandbox to disk, then to the mirror.
+// The store keeps cp: the caller must not modify it afterwards.
+func (s *Store) Save(cp *checkpoint.PodSandbox) error {
+	if err := s.disk.Put(cp); err != nil {
+		return fmt.Errorf("writing checkpoint of sandbox %s: %w", cp.SandboxID, err)
+	}
+	s.Put(cp)
+	return nil
+}
+
+// WriteFile writes the checkpoint of a sandbox to disk only: a rebuilt
+// checkpoint goes into the mirror whether or not its file could be
+// written.
+func (s *Store) WriteFile(cp *checkpoint.PodSandbox) error {
+	return s.disk.Put(cp)
+}
+
+// Remove deletes the checkpoint of a sandbox from disk, then forgets the
+// sandbox (Delete).
+func (s *Store) Remove(id string) error {
+	if err := s.disk.Remove(id); err != nil {
+		return fmt.Errorf("removing checkpoint of sandbox %s: %w", id, err)
+	}
+	s.Delete(id)
+	return nil
+}
+
 // Get returns the checkpoint of a sandbox, or nil. The record must not be
 // modified.
 func (s *Store) Get(id string) *checkpoint.PodSandbox {
@@ -82,8 +159,10 @@ func (s *Store) Get(id string) *checkpoint.PodSandbox {
 	return s.sandboxes[id]
 }
 
-// Put stores the checkpoint of a sandbox, replacing its previous one. The
-// store keeps cp: the caller must not modify it afterwards.
+// Put stores the checkpoint of a sandbox in the mirror only, replacing
+// its previous one: for a sandbox whose file could not be written, kept
+// in memory for this process's answers. The store keeps cp: the caller
+// must not modify it afterwards.
 func (s *Store) Put(cp *checkpoint.PodSandbox) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,12 +16,22 @@ import (
 	"github.com/netshim/netshim/pkg/checkpoint"
 )
 
+// newStore is a store whose checkpoint files are in a test directory.
+func newStore(t *testing.T) (*Store, *checkpoint.Manager) {
+	t.Helper()
+	disk, err := checkpoint.NewManager(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(disk), disk
+}
+
 func cp(id string) *checkpoint.PodSandbox {
 	return &checkpoint.PodSandbox{Version: checkpoint.CurrentVersion, SandboxID: id, Name: "pod-" + id}
 }
 
 func TestChangesBumpTheGenerationReadsDoNot(t *testing.T) {
-	s := New()
+	s, _ := newStore(t)
 	s.Put(cp("a"))
 	s.SetIssue("b", Issue{Err: "corrupt"})
 	tests := []struct {
@@ -56,7 +69,7 @@ func TestChangesBumpTheGenerationReadsDoNot(t *testing.T) {
 }
 
 func TestReplaceNeverBringsBackARemovedSandbox(t *testing.T) {
-	s := New()
+	s, _ := newStore(t)
 	s.Put(cp("a"))
 	updated := *s.Get("a")
 	updated.NetworkTornDown = true
@@ -76,7 +89,7 @@ func TestReplaceNeverBringsBackARemovedSandbox(t *testing.T) {
 }
 
 func TestDeleteForgetsTheIssueToo(t *testing.T) {
-	s := New()
+	s, _ := newStore(t)
 	s.Put(cp("a"))
 	s.SetIssue("b", Issue{Err: "corrupt", Rewrite: true})
 	if got, want := s.KnownIDs(), map[string]bool{"a": true, "b": true}; !maps.Equal(got, want) {
@@ -97,7 +110,7 @@ func TestDeleteForgetsTheIssueToo(t *testing.T) {
 }
 
 func TestSelectAndAll(t *testing.T) {
-	s := New()
+	s, _ := newStore(t)
 	for _, id := range []string{"a", "b", "c"} {
 		c := cp(id)
 		if id != "b" {
@@ -119,7 +132,7 @@ func TestSelectAndAll(t *testing.T) {
 }
 
 func TestReserveRefusesASecondCreationOfTheName(t *testing.T) {
-	s := New()
+	s, _ := newStore(t)
 	release, ok := s.Reserve("web_default_uid_0")
 	if !ok {
 		t.Fatal("first Reserve refused")
@@ -137,7 +150,7 @@ func TestReserveRefusesASecondCreationOfTheName(t *testing.T) {
 }
 
 func TestSetUnpinnedKeepsItsOwnCopy(t *testing.T) {
-	s := New()
+	s, _ := newStore(t)
 	gone := map[string]bool{"a": true}
 	if !s.SetUnpinned(gone) || !s.HasUnpinned() {
 		t.Fatal("first SetUnpinned not recorded")
@@ -149,7 +162,7 @@ func TestSetUnpinnedKeepsItsOwnCopy(t *testing.T) {
 }
 
 func TestLifecycleLockIsPerSandbox(t *testing.T) {
-	s := New()
+	s, _ := newStore(t)
 	unlock, err := s.Lock(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +187,7 @@ func TestLifecycleLockIsPerSandbox(t *testing.T) {
 
 // The race detector checks that every path holds the store's lock.
 func TestConcurrentUse(t *testing.T) {
-	s := New()
+	s, _ := newStore(t)
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Add(1)
@@ -197,5 +210,95 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if n := s.Len(); n != 0 {
 		t.Errorf("%d sandboxes left after every one was deleted", n)
+	}
+}
+
+func TestSaveAndRemoveKeepDiskAndMirrorTogether(t *testing.T) {
+	s, disk := newStore(t)
+	before := s.Generation()
+	if err := s.Save(cp("a")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := disk.Get("a"); err != nil || got.Name != "pod-a" {
+		t.Fatalf("file after Save: %+v, %v", got, err)
+	}
+	if s.Get("a") == nil || s.Generation() == before {
+		t.Fatal("Save did not reach the mirror or its generation")
+	}
+	if err := s.Remove("a"); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := disk.List(); len(ids) != 0 || s.Get("a") != nil {
+		t.Fatalf("after Remove: files %v, mirror %+v", ids, s.Get("a"))
+	}
+	// A file that cannot be written leaves the mirror as it was.
+	bad := cp("b/../../escape")
+	if err := s.Save(bad); err == nil || !strings.Contains(err.Error(), "writing checkpoint of sandbox") {
+		t.Fatalf("Save of an ID the disk refuses: %v", err)
+	}
+	if s.Len() != 0 {
+		t.Errorf("a Save that failed on disk reached the mirror: %v", s.IDs())
+	}
+}
+
+func TestWriteFileLeavesTheMirror(t *testing.T) {
+	s, disk := newStore(t)
+	if err := s.WriteFile(cp("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := disk.Get("a"); err != nil {
+		t.Fatalf("file after WriteFile: %v", err)
+	}
+	if s.Get("a") != nil {
+		t.Error("WriteFile reached the mirror")
+	}
+}
+
+func TestLoadSkipsWhatItCannotReadAndSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	disk, err := checkpoint.NewManager(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"good1", "good2"} {
+		if err := disk.Put(cp(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A corrupt file: the manager moves it aside, so the rebuilt
+	// checkpoint may be written in its place.
+	if err := os.WriteFile(filepath.Join(dir, "bad.json"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := New(disk)
+	if err := s.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.IDs(); !slices.Equal(got, []string{"good1", "good2"}) {
+		t.Errorf("loaded %v, want [good1 good2]", got)
+	}
+	issues := s.Issues()
+	if is, ok := issues["bad"]; !ok || !is.Rewrite || !strings.Contains(is.Err, "corrupt") {
+		t.Errorf("issues = %+v, want bad's, corrupt, to be rewritten", issues)
+	}
+	if !s.KnownIDs()["bad"] {
+		t.Error("a sandbox whose checkpoint failed to load is not known: GC could free what it holds")
+	}
+}
+
+func TestLoadFailsOnlyWhenTheDirectoryCannotBeListed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	disk, err := checkpoint.NewManager(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil { // a file where the directory was
+		t.Fatal(err)
+	}
+	if err := New(disk).Load(); err == nil || !strings.Contains(err.Error(), "listing checkpoints") {
+		t.Errorf("Load of an unlistable directory: %v, want an error", err)
 	}
 }
