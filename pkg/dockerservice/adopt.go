@@ -122,12 +122,12 @@ func (cp *criDockerdCheckpoint) portMappings() ([]checkpoint.PortMapping, error)
 // once, after the first sync and before readers are let in.
 func (ds *DockerService) adoptCRIDockerd(ctx context.Context) {
 	sandboxes, logs := 0, 0
-	for _, rec := range ds.store.List(store.KindSandbox) {
+	for _, rec := range ds.store().List(store.KindSandbox) {
 		if sandboxInfoOf(rec).adopted && ds.adoptSandbox(ctx, rec) {
 			sandboxes++
 		}
 	}
-	for _, rec := range ds.store.List(store.KindContainer) {
+	for _, rec := range ds.store().List(store.KindContainer) {
 		if containerInfoOf(rec).adopted && ds.adoptContainerLog(ctx, rec) {
 			logs++
 		}
@@ -159,7 +159,7 @@ func (ds *DockerService) adoptOrphanCheckpoints(ctx context.Context) int {
 		if !e.Type().IsRegular() || !isContainerID(id) {
 			continue
 		}
-		if _, ok := ds.store.Get(id); ok || ds.getCheckpoint(id) != nil {
+		if _, ok := ds.store().Get(id); ok || ds.getCheckpoint(id) != nil {
 			continue
 		}
 		if ds.adoptOrphanCheckpoint(ctx, id) {
@@ -343,7 +343,7 @@ type adoptedImage struct {
 // (one inspect per image, at start-up, never on a poll).
 func (ds *DockerService) nameAdoptedImages(ctx context.Context) {
 	names := map[string]adoptedImage{}
-	for _, rec := range ds.store.List(store.KindContainer) {
+	for _, rec := range ds.store().List(store.KindContainer) {
 		if !containerInfoOf(rec).adopted || rec.ImageID == "" {
 			continue
 		}
@@ -351,7 +351,7 @@ func (ds *DockerService) nameAdoptedImages(ctx context.Context) {
 			continue
 		}
 		ictx, cancel := context.WithTimeout(ctx, recoverStatusTimeout)
-		img, err := ds.client.ImageInspect(ictx, rec.ImageID)
+		img, err := ds.engine.ImageInspect(ictx, rec.ImageID)
 		cancel()
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Cannot inspect the image of an adopted container; ContainerStatus reports its ID", "containerID", rec.ID, "image", rec.ImageID)

@@ -122,7 +122,7 @@ func (f *badInputFixture) snapshot(t *testing.T) worldState {
 	t.Helper()
 	w := worldState{index: map[string]store.State{}, checkpoints: map[string]string{}}
 	for _, k := range []store.Kind{store.KindSandbox, store.KindContainer} {
-		for _, r := range f.ds.store.List(k) {
+		for _, r := range f.ds.store().List(k) {
 			w.index[r.ID] = r.State
 		}
 	}

@@ -47,7 +47,7 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 		return
 	}
 	cp := &checkpoint.PodSandbox{Version: checkpoint.CurrentVersion, SandboxID: id, Setup: checkpoint.SetupPending}
-	rec, ok := ds.store.Get(id)
+	rec, ok := ds.store().Get(id)
 	if ok && rec.Kind == store.KindSandbox {
 		info := sandboxInfoOf(rec)
 		md := info.metadata
@@ -62,7 +62,7 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 			}
 		}
 	} else {
-		cp.Name, cp.Namespace, cp.UID = podOfContainers(ds.store.ContainersOf(id))
+		cp.Name, cp.Namespace, cp.UID = podOfContainers(ds.store().ContainersOf(id))
 	}
 	switch {
 	case cp.HostNetwork:

@@ -41,7 +41,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	t := newStepTimer(ctx, "CreateContainer", "pod", klog.KRef(sbInfo.metadata.Namespace, sbInfo.metadata.Name), "container", md.Name)
 
 	imageName := cfg.GetImage().GetImage()
-	img, err := ds.client.ImageInspect(ctx, imageName)
+	img, err := ds.engine.ImageInspect(ctx, imageName)
 	if errdefs.IsNotFound(err) {
 		return nil, notFoundf("image %q of container %s is not present on the node; pull it first (kubelet pulls before it creates)", imageName, md.Name)
 	}
@@ -161,7 +161,7 @@ func validateContainerConfig(r *runtimeapi.CreateContainerRequest) error {
 // container must run: the new container joins its namespaces, which a
 // stopped sandbox no longer has (kubelet makes a new sandbox then).
 func (ds *DockerService) runningSandbox(id string) (*store.Record, error) {
-	sb, err := ds.store.Resolve(id)
+	sb, err := ds.store().Resolve(id)
 	if err != nil {
 		return nil, invalidArgf("%v", err)
 	}
@@ -181,7 +181,7 @@ func (ds *DockerService) pidTarget(cfg *runtimeapi.ContainerConfig) (string, err
 	if ns.GetPid() != runtimeapi.NamespaceMode_TARGET {
 		return "", nil
 	}
-	target, err := ds.store.Resolve(ns.GetTargetId())
+	target, err := ds.store().Resolve(ns.GetTargetId())
 	if err != nil {
 		return "", invalidArgf("pid namespace target: %v", err)
 	}
@@ -194,7 +194,7 @@ func (ds *DockerService) pidTarget(cfg *runtimeapi.ContainerConfig) (string, err
 // nameConflict explains a create refused because the name is taken.
 func (ds *DockerService) nameConflict(ctx context.Context, name string, err error) error {
 	holder := "another container"
-	if c, ierr := ds.client.ContainerInspect(ctx, name); ierr == nil {
+	if c, ierr := ds.engine.ContainerInspect(ctx, name); ierr == nil {
 		holder = "container " + c.ID
 	}
 	return withCode(codes.AlreadyExists, fmt.Errorf("container name %s is already in use by %s; remove it first, or create with another attempt number: %w", name, holder, err))

@@ -199,7 +199,7 @@ func (e *containerEvents) seed(ctx context.Context) {
 	e.mu.Unlock()
 	ids := map[string]bool{}
 	for _, kind := range []store.Kind{store.KindSandbox, store.KindContainer} {
-		for _, r := range e.ds.store.List(kind) {
+		for _, r := range e.ds.store().List(kind) {
 			ids[r.ID] = true
 		}
 	}
@@ -266,7 +266,7 @@ func startVisible(t eventTarget) bool {
 // observe is id's state as the status RPCs report it now; false when they
 // no longer know it.
 func (e *containerEvents) observe(ctx context.Context, id string, prev *eventTarget) (eventTarget, bool) {
-	rec, _ := e.ds.store.Get(id)
+	rec, _ := e.ds.store().Get(id)
 	if rec != nil && rec.Kind == store.KindContainer {
 		visible := e.ds.visibleState(rec)
 		if visible != runtimeapi.ContainerState_CONTAINER_EXITED && containerState(rec) == runtimeapi.ContainerState_CONTAINER_EXITED {
@@ -392,7 +392,7 @@ func (e *containerEvents) podStatuses(t *eventTarget, exists bool) (*runtimeapi.
 			sandbox = goneSandbox(e.known[t.sandboxID].sandbox)
 		}
 	}
-	recs := e.ds.store.ContainersOf(t.sandboxID)
+	recs := e.ds.store().ContainersOf(t.sandboxID)
 	// In creation order, as kubelet sorts them.
 	slices.SortFunc(recs, func(a, b *store.Record) int {
 		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))

@@ -298,7 +298,7 @@ func TestContainerStoppedOnlyOnceItsExitShows(t *testing.T) {
 	// As while StartContainer sets the log up: the exit is held back.
 	done := e.ds.containers.streams.markStarting(id)
 	e.docker.ExitBehindBack(id, 0, false)
-	testutil.Eventually(t, "exit in the index", func() bool { r, _ := e.ds.store.Get(id); return !r.Running() })
+	testutil.Eventually(t, "exit in the index", func() bool { r, _ := e.ds.store().Get(id); return !r.Running() })
 	if st := e.status(t, id).State; st != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("ContainerStatus shows %v while the log is copied, want RUNNING", st)
 	}
@@ -329,7 +329,7 @@ func TestNoContainerEventsForStartUpState(t *testing.T) {
 		c := e.create(t, cfg)
 		e.start(t, c)
 		e.docker.ExitBehindBack(c, 1, false)
-		testutil.Eventually(t, "exit in the index", func() bool { r, _ := e.ds.store.Get(c); return !r.Running() })
+		testutil.Eventually(t, "exit in the index", func() bool { r, _ := e.ds.store().Get(c); return !r.Running() })
 		return c
 	}
 	quiet := exited("quiet", "")
@@ -353,7 +353,7 @@ func TestNoContainerEventsForStartUpState(t *testing.T) {
 	// The drain may end before or after the baseline: STOPPED for it
 	// only in the second case. Then it comes before the kill's.
 	testutil.Eventually(t, "drained exit shown", func() bool {
-		r, _ := ds.store.Get(drained)
+		r, _ := ds.store().Get(drained)
 		return ds.visibleState(r) == runtimeapi.ContainerState_CONTAINER_EXITED
 	})
 	settleEvents(t, ds)

@@ -70,13 +70,13 @@ func (ds *DockerService) ExecSync(ctx context.Context, r *runtimeapi.ExecSyncReq
 // execSync runs cmd until it exits or ctx ends; in the latter case the
 // process tree is killed before it returns ctx's error.
 func (ds *DockerService) execSync(ctx context.Context, id string, cmd []string) (*runtimeapi.ExecSyncResponse, error) {
-	created, err := ds.client.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	created, err := ds.engine.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		return nil, fmt.Errorf("creating exec: %w", err)
 	}
 	execID := created.ID
 	// Attaching starts the exec.
-	hj, err := ds.client.ContainerExecAttach(ctx, execID, container.ExecAttachOptions{})
+	hj, err := ds.engine.ContainerExecAttach(ctx, execID, container.ExecAttachOptions{})
 	if err != nil {
 		// It may have started before the attach failed (a deadline hit
 		// mid-request).
@@ -125,7 +125,7 @@ func (ds *DockerService) execSync(ctx context.Context, id string, cmd []string) 
 func (ds *DockerService) waitExec(ctx context.Context, execID string) (int, error) {
 	delay := time.Millisecond
 	for {
-		ins, err := ds.client.ContainerExecInspect(ctx, execID)
+		ins, err := ds.engine.ContainerExecInspect(ctx, execID)
 		if err != nil {
 			return 0, fmt.Errorf("inspecting exec: %w", err)
 		}
@@ -155,7 +155,7 @@ func (ds *DockerService) killExec(ctx context.Context, containerID, execID strin
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithTimeout(backgroundCtx(ctx), execKillTimeout)
 	defer cancel()
-	ins, err := ds.client.ContainerExecInspect(ctx, execID)
+	ins, err := ds.engine.ContainerExecInspect(ctx, execID)
 	if err != nil {
 		logger.Error(err, "Cannot find the process of a timed-out exec to kill it", "execID", execID)
 		return

@@ -84,7 +84,7 @@ func (ds *DockerService) checkImageVolumes(ctx context.Context, cfg *runtimeapi.
 			continue
 		}
 		ref := m.GetImage().GetImage()
-		_, err := ds.client.ImageInspect(ctx, ref)
+		_, err := ds.engine.ImageInspect(ctx, ref)
 		if errdefs.IsNotFound(err) {
 			return notFoundf("image %q of the image volume at %s is not present on the node; pull it first (kubelet pulls image volumes before it creates the container)", ref, m.GetContainerPath())
 		}

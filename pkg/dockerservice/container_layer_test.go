@@ -54,8 +54,8 @@ func (e *podEnv) startWithLayer(t *testing.T, name, layer string) string {
 		s.Containers[id].GraphDriver = storage.DriverData{Name: "overlay2", Data: map[string]string{"UpperDir": layer}}
 	})
 	e.start(t, id)
-	e.ds.layers.syncNow()
-	if rec, _ := e.ds.store.Get(id); rec.WritableLayerDir != layer {
+	e.ds.containers.layers.syncNow()
+	if rec, _ := e.ds.store().Get(id); rec.WritableLayerDir != layer {
 		t.Fatalf("record's layer %q, want %q", rec.WritableLayerDir, layer)
 	}
 	return id
@@ -119,9 +119,9 @@ func TestContainerStatsReportsTheMeasuredWritableLayer(t *testing.T) {
 	if _, err := e.ds.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
 		t.Fatal(err)
 	}
-	e.ds.layers.syncNow()
+	e.ds.containers.layers.syncNow()
 	testutil.Eventually(t, "the removed container's layer to be forgotten", func() bool {
-		_, ok := e.ds.layers.m.Tracked(id)
+		_, ok := e.ds.containers.layers.m.Tracked(id)
 		return !ok
 	})
 }

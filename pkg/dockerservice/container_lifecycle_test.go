@@ -140,7 +140,7 @@ func TestContainerLifecycleIsIdempotent(t *testing.T) {
 	if err := remove(id2); err != nil {
 		t.Fatalf("Remove of a running container: %v", err)
 	}
-	if _, ok := e.ds.store.Get(id2); ok {
+	if _, ok := e.ds.store().Get(id2); ok {
 		t.Error("removed container still in the index")
 	}
 }
@@ -325,7 +325,7 @@ func TestPodSandboxStopAndRemoveTakeTheContainers(t *testing.T) {
 		if _, err := e.docker.ContainerInspect(ctx, c); err == nil {
 			t.Errorf("container %s still exists in Docker after RemovePodSandbox", c)
 		}
-		if _, ok := e.ds.store.Get(c); ok {
+		if _, ok := e.ds.store().Get(c); ok {
 			t.Errorf("container %s still in the index after RemovePodSandbox", c)
 		}
 	}
@@ -439,7 +439,7 @@ func TestContainerStatusVerbose(t *testing.T) {
 	if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil {
 		t.Fatalf("info is not JSON: %v\n%s", err, resp.Info["info"])
 	}
-	rec, _ := e.ds.store.Get(id)
+	rec, _ := e.ds.store().Get(id)
 	if info.SandboxID != e.sandboxID || info.Pid != rec.Pid || info.Config == nil || info.Config.Image != testImage ||
 		info.HostConfig == nil || info.HostConfig.NetworkMode != "container:"+e.sandboxID {
 		t.Errorf("verbose info = %s", resp.Info["info"])
@@ -454,7 +454,7 @@ func TestStopAndRemoveFindContainersTheIndexLacks(t *testing.T) {
 	ctx := context.Background()
 	id := e.create(t, ctrConfig("unseen"))
 	e.start(t, id)
-	e.ds.store.Delete(id)
+	e.ds.store().Delete(id)
 	if _, err := e.ds.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 1}); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
@@ -463,10 +463,10 @@ func TestStopAndRemoveFindContainersTheIndexLacks(t *testing.T) {
 	if running {
 		t.Error("Stop of a container the index lacked left it running")
 	}
-	if rec, ok := e.ds.store.Get(id); !ok || rec.Running() {
+	if rec, ok := e.ds.store().Get(id); !ok || rec.Running() {
 		t.Errorf("after Stop the index has %+v, want the stopped container", rec)
 	}
-	e.ds.store.Delete(id)
+	e.ds.store().Delete(id)
 	if _, err := e.ds.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
@@ -487,7 +487,7 @@ func TestCreateThatFailsAfterDockerMadeTheContainerLeavesNothing(t *testing.T) {
 	if n := e.docker.Count("ContainerRemove"); n != 1 {
 		t.Errorf("%d removals, want 1 (of the container the failed create made)", n)
 	}
-	if n := len(e.ds.store.ContainersOf(e.sandboxID)); n != 0 {
+	if n := len(e.ds.store().ContainersOf(e.sandboxID)); n != 0 {
 		t.Errorf("index holds %d containers of the sandbox, want 0", n)
 	}
 	e.docker.Do(func(s *fakedocker.State) { s.CreateErr, s.CreateMakes = nil, false })

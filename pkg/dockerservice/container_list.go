@@ -72,13 +72,13 @@ func (ds *DockerService) listContainers(f *runtimeapi.ContainerFilter) (*runtime
 func (ds *DockerService) containersMatching(sandboxID, idPrefix string, selector map[string]string) []*store.Record {
 	var recs []*store.Record
 	if sandboxID != "" {
-		sb, err := ds.store.Resolve(sandboxID)
+		sb, err := ds.store().Resolve(sandboxID)
 		if err != nil || sb == nil || sb.Kind != store.KindSandbox {
 			return nil
 		}
-		recs = ds.store.ContainersOf(sb.ID)
+		recs = ds.store().ContainersOf(sb.ID)
 	} else {
-		recs = ds.store.List(store.KindContainer)
+		recs = ds.store().List(store.KindContainer)
 	}
 	out := recs[:0]
 	for _, rec := range recs {

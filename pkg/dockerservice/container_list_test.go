@@ -118,7 +118,7 @@ func TestListContainersCacheFollowsState(t *testing.T) {
 	copied := e.ds.containers.streams.markStarting(a)
 	e.docker.KillBehindBack(a)
 	testutil.Eventually(t, "the exit in the index", func() bool {
-		r, _ := e.ds.store.Get(a)
+		r, _ := e.ds.store().Get(a)
 		return !r.Running()
 	})
 	during := list()

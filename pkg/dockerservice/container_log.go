@@ -76,7 +76,7 @@ func (ds *DockerService) resumeContainerLogs(ctx context.Context) {
 	}
 	var jobs []job
 	drain := ds.containers.streams.firstSync()
-	for _, rec := range ds.store.List(store.KindContainer) {
+	for _, rec := range ds.store().List(store.KindContainer) {
 		info := containerInfoOf(rec)
 		if info.logPath == "" {
 			continue

@@ -43,7 +43,7 @@ func (ds *DockerService) waitRemoved(ctx context.Context, id string) error {
 	tick := time.NewTicker(removalPollInterval)
 	defer tick.Stop()
 	for {
-		_, err := ds.client.ContainerInspect(wctx, id)
+		_, err := ds.engine.ContainerInspect(wctx, id)
 		switch {
 		case errdefs.IsNotFound(err):
 			return nil

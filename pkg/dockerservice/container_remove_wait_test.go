@@ -73,7 +73,7 @@ func TestRemoveContainerWaitsForARemovalInProgress(t *testing.T) {
 	if err := waitErr(t, done); err != nil {
 		t.Fatalf("RemoveContainer: %v, want success once the other removal ended", err)
 	}
-	if _, ok := e.ds.store.Get(id); ok {
+	if _, ok := e.ds.store().Get(id); ok {
 		t.Error("the index still holds the removed container")
 	}
 }
@@ -94,7 +94,7 @@ func TestRemoveContainerGivesUpOnAStuckRemoval(t *testing.T) {
 	if codeOf(err) != codes.Unavailable || !strings.Contains(err.Error(), "retry") {
 		t.Errorf("stuck removal: %v (%v), want Unavailable telling to retry", err, codeOf(err))
 	}
-	if _, ok := e.ds.store.Get(id); !ok {
+	if _, ok := e.ds.store().Get(id); !ok {
 		t.Error("the index dropped a container that still exists")
 	}
 

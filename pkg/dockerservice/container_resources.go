@@ -398,7 +398,7 @@ func (ds *DockerService) setResources(r *container.Resources, oomScoreAdj *int, 
 	if err := q.applyCreate(r); err != nil {
 		return err
 	}
-	*oomScoreAdj = ds.oomScoreAdj(int(res.GetOomScoreAdj()))
+	*oomScoreAdj = ds.containers.oom.apply(int(res.GetOomScoreAdj()))
 	warnSkipped(name, "CreateContainer", q.skipped)
 	return nil
 }

@@ -23,6 +23,10 @@ type containerRuntime struct {
 	streams *logStreams
 	// stats reads containers' CPU and memory usage from their cgroups.
 	stats *statsReader
+	// layers measures containers' writable layers (container_layer.go).
+	layers *layerUsage
+	// oom clamps the oom_score_adj of every container, infra ones too.
+	oom oomClamp
 	// procRoot is where host processes are looked up: exec pids before
 	// a kill, infra pids before their netns is handed out ("/proc";
 	// tests point it at a fake).
@@ -99,7 +103,7 @@ func (ds *DockerService) dockerCgroupDriver(ctx context.Context) (string, error)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cgroupDriver == "" {
-		info, err := ds.client.Info(ctx)
+		info, err := ds.engine.Info(ctx)
 		if err != nil {
 			return "", withCode(codes.Unavailable, fmt.Errorf("asking Docker for its cgroup driver: %w", err))
 		}

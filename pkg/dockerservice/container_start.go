@@ -83,7 +83,7 @@ func (ds *DockerService) killAfterFailedStart(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(backgroundCtx(ctx), cleanupTimeout)
 	defer cancel()
 	zero := 0
-	if err := ds.client.ContainerStop(ctx, id, container.StopOptions{Timeout: &zero}); err != nil {
+	if err := ds.engine.ContainerStop(ctx, id, container.StopOptions{Timeout: &zero}); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to kill a container whose log could not be set up", "containerID", id)
 	}
 	ds.refreshRecord(ctx, id)
@@ -106,7 +106,7 @@ func (ds *DockerService) mustFindContainer(id string) (*store.Record, error) {
 // index. It returns (nil, nil) when there is none.
 func (ds *DockerService) findContainer(id string) (*store.Record, error) {
 	return ds.resolveContainer(id, func() (*store.Record, error) {
-		rec, err := ds.store.Resolve(id)
+		rec, err := ds.store().Resolve(id)
 		if err != nil {
 			return nil, invalidArgf("%v", err)
 		}

@@ -66,7 +66,7 @@ func (ds *DockerService) ListContainerStats(_ context.Context, r *runtimeapi.Lis
 	}
 	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
 		s.containerCPU.forgetAllBut(recordIDs(recs))
-		s.cgroups.retain(func(id string) bool { _, ok := ds.store.Get(id); return ok })
+		s.cgroups.retain(func(id string) bool { _, ok := ds.store().Get(id); return ok })
 	}
 	return &runtimeapi.ListContainerStatsResponse{Stats: out}, nil
 }

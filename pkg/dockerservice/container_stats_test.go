@@ -40,7 +40,7 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 			running := e.create(t, ctrConfig("running"))
 			e.start(t, running)
 			created := e.create(t, ctrConfig("created"))
-			rec, _ := e.ds.store.Get(running)
+			rec, _ := e.ds.store().Get(running)
 			cg := "/kubepods/pod1/" + running
 			pid := strconv.Itoa(rec.Pid)
 			if v2 {
@@ -165,7 +165,7 @@ func TestContainerStatsIgnoresReusedPid(t *testing.T) {
 	sr.procRoot, sr.cgroupRoot = filepath.Join(root, "proc"), filepath.Join(root, "cgroup")
 	id := e.create(t, ctrConfig("running"))
 	e.start(t, id)
-	rec, _ := e.ds.store.Get(id)
+	rec, _ := e.ds.store().Get(id)
 	writeFiles(t, map[string]string{
 		filepath.Join(sr.procRoot, strconv.Itoa(rec.Pid), "cgroup"):        "0::/system.slice/cron.service\n",
 		filepath.Join(sr.cgroupRoot, "system.slice/cron.service/cpu.stat"): "usage_usec 5000\n",

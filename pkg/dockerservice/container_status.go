@@ -65,7 +65,7 @@ func (ds *DockerService) containerStatusOf(rec *store.Record) (*runtimeapi.Conta
 	}
 	switch {
 	case state == runtimeapi.ContainerState_CONTAINER_RUNNING:
-		st.User = ds.containers.runningUser(rec, func(id string) bool { _, ok := ds.store.Get(id); return ok })
+		st.User = ds.containers.runningUser(rec, func(id string) bool { _, ok := ds.store().Get(id); return ok })
 	case state == runtimeapi.ContainerState_CONTAINER_EXITED:
 		st.Reason = exitReason(rec)
 	case state != containerState(rec):
@@ -117,7 +117,7 @@ func (ds *DockerService) containerVerboseInfo(ctx context.Context, rec *store.Re
 		StopSignal:    dockerSignal(info.stopSignal),
 		Tty:           info.tty,
 	}
-	if c, err := ds.client.ContainerInspect(ctx, rec.ID); err != nil {
+	if c, err := ds.engine.ContainerInspect(ctx, rec.ID); err != nil {
 		v.InspectError = err.Error()
 	} else {
 		v.Config = c.Config

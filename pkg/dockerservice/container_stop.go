@@ -38,9 +38,9 @@ func (ds *DockerService) StopContainer(ctx context.Context, r *runtimeapi.StopCo
 		Signal: dockerSignal(containerInfoOf(rec).stopSignal),
 	}
 	start := time.Now()
-	err = ds.client.ContainerStop(ctx, rec.ID, opts)
+	err = ds.engine.ContainerStop(ctx, rec.ID, opts)
 	if errdefs.IsNotFound(err) {
-		ds.store.Delete(rec.ID)
+		ds.store().Delete(rec.ID)
 		return &runtimeapi.StopContainerResponse{}, nil
 	}
 	if err != nil {
@@ -62,7 +62,7 @@ func (ds *DockerService) markStopped(ctx context.Context, id string) {
 	if err == nil || errdefs.IsNotFound(err) {
 		return
 	}
-	ds.store.Update(id, func(r *store.Record) {
+	ds.store().Update(id, func(r *store.Record) {
 		if r.State == store.StateRunning {
 			r.State, r.Pid, r.FinishedAt = store.StateExited, 0, time.Now().UnixNano()
 		}

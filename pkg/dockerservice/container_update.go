@@ -52,7 +52,7 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 	// 0 reads as "unchanged", as for Docker's own fields: proto3 cannot
 	// tell it from unset, and crictl update leaves it so.
 	if res.GetOomScoreAdj() != 0 {
-		want := ds.oomScoreAdj(int(res.GetOomScoreAdj()))
+		want := ds.containers.oom.apply(int(res.GetOomScoreAdj()))
 		if int64(want) != cur.GetOomScoreAdj() {
 			return nil, withCode(codes.InvalidArgument, fmt.Errorf("%s: Docker cannot change oom_score_adj of a created container (it is %d, %d was asked); recreate the container", what, cur.GetOomScoreAdj(), want))
 		}
@@ -65,7 +65,7 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 	if err := q.applyUpdate(&update.Resources, cur); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	resp, err := ds.client.ContainerUpdate(ctx, rec.ID, update)
+	resp, err := ds.engine.ContainerUpdate(ctx, rec.ID, update)
 	if err != nil {
 		return nil, fmt.Errorf("updating resources of container %s: %w", rec.ID, err)
 	}
@@ -85,7 +85,7 @@ func (ds *DockerService) currentResources(ctx context.Context, rec *store.Record
 	if cur := containerInfoOf(rec).resources; cur != nil {
 		return cur, nil
 	}
-	c, err := ds.client.ContainerInspect(ctx, rec.ID)
+	c, err := ds.engine.ContainerInspect(ctx, rec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("inspecting container %s for its current resources: %w", rec.ID, err)
 	}

@@ -46,7 +46,7 @@ func TestContainerStatusReportsTheProcessUser(t *testing.T) {
 		t.Errorf("created container: user %v, want none (no process yet)", u)
 	}
 	e.start(t, id)
-	rec, _ := e.ds.store.Get(id)
+	rec, _ := e.ds.store().Get(id)
 	procRoot := t.TempDir()
 	e.ds.containers.procRoot = procRoot
 	wantUser := func(what string, uid, gid int64, groups ...int64) {
@@ -80,7 +80,7 @@ func TestContainerStatusReportsTheProcessUser(t *testing.T) {
 	// A new process (Docker restarted the container in place): read
 	// again.
 	newPid := rec.Pid + 1
-	e.ds.store.Update(id, func(r *store.Record) { r.Pid = newPid })
+	e.ds.store().Update(id, func(r *store.Record) { r.Pid = newPid })
 	fakeProcess(t, procRoot, newPid, id, "Uid:\t2000\t2000\t2000\t2000\nGid:\t2000\t2000\t2000\t2000\nGroups:\t7\n")
 	wantUser("a new process", 2000, 2000, 7)
 
@@ -100,7 +100,7 @@ func TestContainerStatusReportsTheProcessUser(t *testing.T) {
 	}
 	other := e.create(t, ctrConfig("other"))
 	e.start(t, other)
-	orec, _ := e.ds.store.Get(other)
+	orec, _ := e.ds.store().Get(other)
 	fakeProcess(t, procRoot, orec.Pid, other, procStatus)
 	if u := e.status(t, other).GetUser(); u == nil {
 		t.Fatal("second container: no user")

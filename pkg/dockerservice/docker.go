@@ -82,12 +82,12 @@ func NewDockerClient(endpoint string) (*client.Client, error) {
 // negotiateAPIVersion pings the engine, lowers the client's API version
 // to the engine's, and records the result.
 func (ds *DockerService) negotiateAPIVersion(ctx context.Context) (string, error) {
-	ping, err := ds.client.Ping(ctx)
+	ping, err := ds.engine.Ping(ctx)
 	if err != nil {
 		return "", fmt.Errorf("negotiating the Docker API version: %w", err)
 	}
-	ds.client.NegotiateAPIVersionPing(ping)
-	v := ds.client.ClientVersion()
+	ds.engine.NegotiateAPIVersionPing(ping)
+	v := ds.engine.ClientVersion()
 	if changed := ds.engine.versions.setAPI(v); changed {
 		klog.InfoS("Docker API version negotiated", "apiVersion", v, "engineAPIVersion", ping.APIVersion)
 		if versions.LessThan(v, minDockerAPI) {
@@ -106,8 +106,11 @@ func (ds *DockerService) dockerAPIVersion(ctx context.Context) (string, error) {
 	return ds.negotiateAPIVersion(ctx)
 }
 
-// engineState is what netshim knows of the engine it talks to.
+// engineState is the engine netshim talks to: its client, whose calls
+// are the engine's (ds.engine.ContainerInspect), and what netshim knows
+// of it.
 type engineState struct {
+	DockerClient
 	// session counts the events streams that synced the index: a
 	// dockerd restart starts a new one (settings read of the engine are
 	// read again then).

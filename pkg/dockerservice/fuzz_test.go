@@ -46,7 +46,7 @@ func nested(num protowire.Number, body []byte) []byte {
 
 // fuzzService is a DockerService with just what the mapping reads.
 func fuzzService() *DockerService {
-	return &DockerService{cfg: Config{PodInfraImage: testPauseImage}}
+	return &DockerService{cfg: Config{PodInfraImage: testPauseImage}, containers: &containerRuntime{}}
 }
 
 // mapsEqual compares string maps, nil and empty alike.

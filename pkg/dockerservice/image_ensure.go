@@ -22,7 +22,7 @@ func (ds *DockerService) ensureImage(ctx context.Context, ref string) error {
 	if ds.images.present.has(ref) {
 		return nil
 	}
-	_, err := ds.client.ImageInspect(ctx, ref)
+	_, err := ds.engine.ImageInspect(ctx, ref)
 	if errdefs.IsNotFound(err) {
 		err = ds.pullImage(ctx, ref, "")
 	}
@@ -84,7 +84,7 @@ func (ds *DockerService) pullImage(ctx context.Context, ref, registryAuth string
 		}
 		return nil
 	}
-	rc, err := ds.client.ImagePull(pctx, ref, image.PullOptions{RegistryAuth: registryAuth})
+	rc, err := ds.engine.ImagePull(pctx, ref, image.PullOptions{RegistryAuth: registryAuth})
 	if err != nil {
 		if serr := stalled(); serr != nil {
 			return serr

@@ -223,7 +223,7 @@ func (ds *DockerService) storageSettings(ctx context.Context, memo *fsMemo, engi
 	if memo != nil && memo.storage.rootDir != "" && memo.engine == engine {
 		return memo.storage, nil
 	}
-	info, err := ds.client.Info(ctx)
+	info, err := ds.engine.Info(ctx)
 	if err != nil {
 		return storageSettings{}, fmt.Errorf("reading Docker's storage settings: %w", err)
 	}
@@ -387,7 +387,7 @@ func usesContainerdStore(info system.Info) bool {
 // measured in the background for ContainerStats (container_layer.go): no
 // walk here.
 func (ds *DockerService) measureContainerdStore(ctx context.Context, rootDir string, at time.Time) (*fsStats, error) {
-	du, err := ds.client.DiskUsage(ctx, types.DiskUsageOptions{Types: []types.DiskUsageObject{types.ImageObject}})
+	du, err := ds.engine.DiskUsage(ctx, types.DiskUsageOptions{Types: []types.DiskUsageObject{types.ImageObject}})
 	if err != nil {
 		return nil, fmt.Errorf("asking Docker for the image store's disk usage: %w", err)
 	}
@@ -395,7 +395,7 @@ func (ds *DockerService) measureContainerdStore(ctx context.Context, rootDir str
 		at:            at,
 		mountpoint:    rootDir,
 		images:        fsUsage{bytes: uint64(max(du.LayersSize, 0))},
-		containers:    fsUsage{bytes: ds.layers.m.TotalBytes()},
+		containers:    fsUsage{bytes: ds.containers.layers.m.TotalBytes()},
 		inodesUnknown: true,
 	}, nil
 }

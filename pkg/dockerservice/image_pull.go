@@ -36,7 +36,7 @@ func (ds *DockerService) PullImage(ctx context.Context, req *runtimeapi.PullImag
 	if err := ds.pullImage(ctx, ref, auth); err != nil {
 		return nil, err
 	}
-	ins, err := ds.client.ImageInspect(ctx, ref)
+	ins, err := ds.engine.ImageInspect(ctx, ref)
 	if err != nil {
 		return nil, fmt.Errorf("inspecting image %s after pulling it: %w", ref, err)
 	}

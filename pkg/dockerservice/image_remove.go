@@ -27,7 +27,7 @@ func (ds *DockerService) RemoveImage(ctx context.Context, req *runtimeapi.Remove
 	if err != nil {
 		return nil, err
 	}
-	ins, err := ds.client.ImageInspect(ctx, ref)
+	ins, err := ds.engine.ImageInspect(ctx, ref)
 	if errdefs.IsNotFound(err) {
 		ds.forgetImageRefs(map[string]bool{spec: true, ref: true})
 		return &runtimeapi.RemoveImageResponse{}, nil
@@ -48,7 +48,7 @@ func (ds *DockerService) RemoveImage(ctx context.Context, req *runtimeapi.Remove
 		if r == "<none>:<none>" || r == "<none>@<none>" {
 			continue
 		}
-		_, err := ds.client.ImageRemove(ctx, r, image.RemoveOptions{PruneChildren: true})
+		_, err := ds.engine.ImageRemove(ctx, r, image.RemoveOptions{PruneChildren: true})
 		if err != nil && !errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("removing image %s (%s): %w", ins.ID, r, err)
 		}

@@ -21,7 +21,7 @@ func (ds *DockerService) ImageStatus(ctx context.Context, req *runtimeapi.ImageS
 	if err != nil {
 		return nil, err
 	}
-	ins, err := ds.client.ImageInspect(ctx, ref)
+	ins, err := ds.engine.ImageInspect(ctx, ref)
 	if errdefs.IsNotFound(err) {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
@@ -66,7 +66,7 @@ func (ds *DockerService) ListImages(ctx context.Context, req *runtimeapi.ListIma
 	if err != nil {
 		return nil, err
 	}
-	summaries, err := ds.client.ImageList(ctx, image.ListOptions{})
+	summaries, err := ds.engine.ImageList(ctx, image.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing images: %w", err)
 	}
@@ -78,7 +78,7 @@ func (ds *DockerService) ListImages(ctx context.Context, req *runtimeapi.ListIma
 		listed := strings.Join(s.RepoTags, ",") + "@" + strings.Join(s.RepoDigests, ",")
 		info, ok := cache.get(s.ID)
 		if !ok || info.listed != listed {
-			ins, err := ds.client.ImageInspect(ctx, s.ID)
+			ins, err := ds.engine.ImageInspect(ctx, s.ID)
 			if errdefs.IsNotFound(err) {
 				continue // removed since the list
 			}

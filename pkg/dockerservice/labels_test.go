@@ -104,7 +104,7 @@ func viewOf(t *testing.T, ds *DockerService, sandboxID, ctrID string) criView {
 	}
 	v.ctrItem = cs.Containers[0]
 	v.ctrItem.CreatedAt, v.ctrItem.ImageId = 0, ""
-	rec, _ := ds.store.Get(ctrID)
+	rec, _ := ds.store().Get(ctrID)
 	v.ctrKind, v.ctrSandboxID = rec.Kind, rec.SandboxID
 	info := containerInfoOf(rec)
 	v.tty, v.stopSignal, v.logPath = info.tty, info.stopSignal, info.logPath
@@ -483,7 +483,7 @@ func TestForgedOwnershipIsNotIndexed(t *testing.T) {
 	})
 
 	ds := restartService(t, e.testEnv)
-	if n := ds.store.Len(); n != 1 {
+	if n := ds.store().Len(); n != 1 {
 		t.Errorf("index holds %d containers, want only the real sandbox", n)
 	}
 	list, err := ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{})

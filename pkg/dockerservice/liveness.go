@@ -23,7 +23,7 @@ func (ds *DockerService) IndexHeartbeat() (last time.Time, period time.Duration)
 
 // Counts is how many sandboxes and workload containers the index holds.
 func (ds *DockerService) Counts() (sandboxes, containers int) {
-	return len(ds.store.List(store.KindSandbox)), len(ds.store.List(store.KindContainer))
+	return len(ds.store().List(store.KindSandbox)), len(ds.store().List(store.KindContainer))
 }
 
 // WedgeIndexForTest wedges the index loop for good (Index.WedgeForTest).

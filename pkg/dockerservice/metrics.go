@@ -24,7 +24,7 @@ func stateName(s store.State) string {
 func (ds *DockerService) countByState() (sandboxes, containers map[string]int) {
 	count := func(kind store.Kind) map[string]int {
 		out := map[string]int{}
-		for _, r := range ds.store.List(kind) {
+		for _, r := range ds.store().List(kind) {
 			out[stateName(r.State)]++
 		}
 		return out

@@ -28,7 +28,7 @@ func (h *networkHost) GetNetNS(_ context.Context, sandboxID string) (string, err
 	if path, ok := h.ds.pinnedNetNS(h.ds.getCheckpoint(sandboxID)); ok {
 		return path, nil
 	}
-	r, ok := h.ds.store.Get(sandboxID)
+	r, ok := h.ds.store().Get(sandboxID)
 	if !ok || !r.Running() || r.Pid <= 0 {
 		return "", nil
 	}
@@ -89,7 +89,7 @@ func (h *networkHost) ListSandboxes(_ context.Context) ([]string, error) {
 	for id := range known {
 		ids = append(ids, id)
 	}
-	for _, r := range h.ds.store.List(store.KindSandbox) {
+	for _, r := range h.ds.store().List(store.KindSandbox) {
 		ids = append(ids, r.ID)
 	}
 	return ids, nil

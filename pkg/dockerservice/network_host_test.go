@@ -25,7 +25,7 @@ func TestSandboxNetNSChecksTheInfraPid(t *testing.T) {
 	ctx := context.Background()
 
 	setPid := func(pid int) {
-		if !e.ds.store.Update(e.sandbox, func(r *store.Record) { r.Pid = pid }) {
+		if !e.ds.store().Update(e.sandbox, func(r *store.Record) { r.Pid = pid }) {
 			t.Fatal("the sandbox is not in the index")
 		}
 	}

@@ -6,6 +6,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+
+	"k8s.io/klog/v2"
 )
 
 // capSysResource is CAP_SYS_RESOURCE's bit: without it a process may not
@@ -70,6 +73,24 @@ func hasCapability(statusPath string, bit uint) (bool, error) {
 		return false, fmt.Errorf("reading %s: %w", statusPath, err)
 	}
 	return false, fmt.Errorf("no CapEff line in %s", statusPath)
+}
+
+// oomClamp applies the --restrict-oom-score-adj floor (Config's
+// OOMScoreAdjFloor) to the oom_score_adj of every container netshim
+// makes, infra containers included, warning once that it did.
+type oomClamp struct {
+	floor *int
+	warn  sync.Once
+}
+
+func (o *oomClamp) apply(v int) int {
+	c := clampOOMScoreAdj(v, o.floor)
+	if c != v {
+		o.warn.Do(func() {
+			klog.InfoS("WARNING: netshim lacks CAP_SYS_RESOURCE, so negative oom_score_adj values cannot be set; clamping them (use --restrict-oom-score-adj=false to disable)", "requested", v, "used", c)
+		})
+	}
+	return c
 }
 
 // clampOOMScoreAdj applies the floor, if any.

@@ -25,7 +25,7 @@ const (
 func (ds *DockerService) Version(ctx context.Context, _ *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
 	v, _ := ds.engine.versions.get()
 	if v == "" {
-		sv, err := ds.client.ServerVersion(ctx)
+		sv, err := ds.engine.ServerVersion(ctx)
 		if err != nil {
 			return nil, withCode(codes.Unavailable, fmt.Errorf("asking Docker for its version: %w", err))
 		}

@@ -404,7 +404,7 @@ func (ds *DockerService) readEngineRuntimes(ctx context.Context) (*engineRuntime
 	if err != nil {
 		return nil, err
 	}
-	info, err := ds.client.Info(ctx)
+	info, err := ds.engine.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("asking Docker for its runtimes: %w", err)
 	}

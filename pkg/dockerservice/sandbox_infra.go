@@ -131,7 +131,7 @@ func (c infraSandboxes) podNetNS(rec *store.Record) (string, error) {
 // CreateContainer needs.
 func (c infraSandboxes) joinSandbox(ctx context.Context, sb *store.Record) (sandboxJoin, error) {
 	j := sandboxJoin{ociKey: c.ds.pins.ociKey}
-	sbc, err := c.ds.client.ContainerInspect(ctx, sb.ID)
+	sbc, err := c.ds.engine.ContainerInspect(ctx, sb.ID)
 	if errdefs.IsNotFound(err) {
 		return j, withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its infra container is gone", sb.ID))
 	}

@@ -33,7 +33,7 @@ func (ds *DockerService) ListPodSandbox(_ context.Context, r *runtimeapi.ListPod
 }
 
 func (ds *DockerService) listPodSandbox(f *runtimeapi.PodSandboxFilter) *runtimeapi.ListPodSandboxResponse {
-	recs := ds.store.List(store.KindSandbox)
+	recs := ds.store().List(store.KindSandbox)
 	seen := make(map[string]bool, len(recs))
 	items := make([]*runtimeapi.PodSandbox, 0, len(recs))
 	for _, rec := range recs {

@@ -84,7 +84,7 @@ func TestLifecycleOfOneSandboxIsSerialised(t *testing.T) {
 func TestStopAndRemoveFindSandboxesTheIndexLacks(t *testing.T) {
 	e := newTestEnv(t)
 	id := e.run(t, podConfig("hidden"))
-	e.ds.store.Delete(id) // as if its events had been dropped
+	e.ds.store().Delete(id) // as if its events had been dropped
 	if _, err := e.ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
 		t.Fatalf("StopPodSandbox: %v", err)
 	}
@@ -93,7 +93,7 @@ func TestStopAndRemoveFindSandboxesTheIndexLacks(t *testing.T) {
 	if running {
 		t.Error("StopPodSandbox skipped an infra container the index lacked")
 	}
-	e.ds.store.Delete(id)
+	e.ds.store().Delete(id)
 	if _, err := e.ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
 		t.Fatalf("RemovePodSandbox: %v", err)
 	}

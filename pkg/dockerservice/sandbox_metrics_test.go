@@ -96,9 +96,9 @@ func TestListPodSandboxMetrics(t *testing.T) {
 		return out
 	}
 	podLabels := "," + pod + ",,,ns,web"
-	infra, _ := e.ds.store.Get(e.sandboxID)
+	infra, _ := e.ds.store().Get(e.sandboxID)
 	infraLabels := "POD," + infraDir + "," + infra.Image + "," + infra.Name + ",ns,web"
-	ctrRec, _ := e.ds.store.Get(running)
+	ctrRec, _ := e.ds.store().Get(running)
 	ctrLabels := "running," + ctrDir + "," + ctrRec.Image + "," + ctrRec.Name + ",ns,web"
 
 	got := index(pm.Metrics)

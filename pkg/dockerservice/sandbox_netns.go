@@ -306,7 +306,7 @@ func (ds *DockerService) sweepPinnedNetNS() {
 			used[f] = true
 		}
 	}
-	for _, r := range ds.store.List(store.KindSandbox) {
+	for _, r := range ds.store().List(store.KindSandbox) {
 		if path := r.DockerLabels[labelNetNS]; path != "" {
 			used[path] = true
 		}

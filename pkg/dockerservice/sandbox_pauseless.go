@@ -139,11 +139,11 @@ func (c pauselessSandboxes) run(ctx context.Context, req *sandboxRequest) (*runt
 	// a checkpoint whose sandbox the index does not know, would take it
 	// for one whose infra container is gone and tell subscribers STOPPED
 	// before it ever started.
-	ds.store.Put(pauselessRecord(cp, extra, store.StateRunning))
+	ds.store().Put(pauselessRecord(cp, extra, store.StateRunning))
 	err = ds.putCheckpoint(cp)
 	done() // named by the checkpoint now, or removed just below
 	if err != nil {
-		ds.store.Delete(id)
+		ds.store().Delete(id)
 		ds.removePauselessFiles(ctx, cp)
 		return nil, err
 	}
@@ -170,7 +170,7 @@ func (c pauselessSandboxes) undo(ctx context.Context, cp *checkpoint.PodSandbox)
 	if !keep {
 		var removed bool
 		if keep, removed = u.removeFiles(); removed {
-			c.ds.store.Delete(cp.SandboxID)
+			c.ds.store().Delete(cp.SandboxID)
 		}
 	}
 	if keep {
@@ -196,7 +196,7 @@ func (c pauselessSandboxes) remove(_ context.Context, ref sandboxRef) error {
 		return err
 	}
 	if ref.rec != nil {
-		c.ds.store.Delete(ref.id)
+		c.ds.store().Delete(ref.id)
 	}
 	return nil
 }
@@ -207,7 +207,7 @@ func (c pauselessSandboxes) remove(_ context.Context, ref sandboxRef) error {
 // request that succeeded), anything else is AlreadyExists. A scan of the
 // sandboxes, in memory, once per RunPodSandbox.
 func (ds *DockerService) existingSandboxByName(ctx context.Context, name string, md *runtimeapi.PodSandboxMetadata) (resp *runtimeapi.RunPodSandboxResponse, err error, found bool) {
-	for _, rec := range ds.store.List(store.KindSandbox) {
+	for _, rec := range ds.store().List(store.KindSandbox) {
 		if rec.Name != name {
 			continue
 		}
@@ -329,7 +329,7 @@ func (c pauselessSandboxes) restore() {
 		if _, ok := ds.pinnedNetNS(cp); cp.Pauseless.Stopped || !ok {
 			state = store.StateExited
 		}
-		ds.store.Put(pauselessRecord(cp, extra, state))
+		ds.store().Put(pauselessRecord(cp, extra, state))
 	}
 	if len(cps) > 0 {
 		klog.InfoS("Restored pause-less sandboxes from their checkpoints", "count", len(cps))
@@ -351,7 +351,7 @@ func (ds *DockerService) stopPauselessSandbox(id string) error {
 			return err
 		}
 	}
-	ds.store.Update(id, func(r *store.Record) {
+	ds.store().Update(id, func(r *store.Record) {
 		if r.State == store.StateRunning {
 			r.State, r.FinishedAt = store.StateExited, time.Now().UnixNano()
 		}

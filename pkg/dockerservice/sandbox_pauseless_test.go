@@ -383,7 +383,7 @@ func TestPauselessRemoveWithoutStop(t *testing.T) {
 	if ids, _ := e.ckpt.List(); len(ids) != 0 {
 		t.Errorf("checkpoints left: %v", ids)
 	}
-	if _, ok := e.ds.store.Get(id); ok {
+	if _, ok := e.ds.store().Get(id); ok {
 		t.Error("the index still holds the removed sandbox")
 	}
 }
@@ -405,7 +405,7 @@ func TestPauselessRunFailureUndo(t *testing.T) {
 		if ids, _ := e.ckpt.List(); len(ids) != 0 {
 			t.Errorf("checkpoints left: %v", ids)
 		}
-		if recs := e.ds.store.List(store.KindSandbox); len(recs) != 0 {
+		if recs := e.ds.store().List(store.KindSandbox); len(recs) != 0 {
 			t.Errorf("index holds %d sandboxes", len(recs))
 		}
 		resp, err := e.ds.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{})
@@ -488,7 +488,7 @@ func TestPauselessCheckpointWriteFails(t *testing.T) {
 	if n := e.plugin.callPrefixCount("SetUpPod"); n != 0 {
 		t.Errorf("%d ADDs for a sandbox with no checkpoint", n)
 	}
-	if recs := e.ds.store.List(store.KindSandbox); len(recs) != 0 {
+	if recs := e.ds.store().List(store.KindSandbox); len(recs) != 0 {
 		t.Errorf("index holds %d sandboxes", len(recs))
 	}
 }
@@ -702,7 +702,7 @@ func TestPauselessSandboxSurvivesDockerResync(t *testing.T) {
 		t.Errorf("after a resync: %v, want READY", got)
 	}
 	// A listing the store applies directly, with nothing in it.
-	e.ds.store.Replace(nil, e.ds.store.Generation())
+	e.ds.store().Replace(nil, e.ds.store().Generation())
 	if got := plState(t, e.ds, id); got != runtimeapi.PodSandboxState_SANDBOX_READY {
 		t.Errorf("after an empty listing: %v, want READY", got)
 	}

@@ -52,13 +52,13 @@ func (ds *DockerService) removeSandboxFiles(ref sandboxRef) error {
 // removeContainer force-removes a container; one already gone is fine,
 // and so is one another removal is taking away (see waitRemoved).
 func (ds *DockerService) removeContainer(ctx context.Context, id string) error {
-	err := ds.client.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	err := ds.engine.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if isRemovalInProgress(err) {
 		err = ds.waitRemoved(ctx, id)
 	}
 	if err != nil && !errdefs.IsNotFound(err) {
 		return err
 	}
-	ds.store.Delete(id)
+	ds.store().Delete(id)
 	return nil
 }

@@ -187,7 +187,7 @@ func (u *sandboxUndo) removeFiles() (kept, removed bool) {
 // A retry of a request that succeeded gets the same sandbox back; anything
 // else is a conflict the caller must resolve by removing the old one.
 func (ds *DockerService) existingSandbox(ctx context.Context, name string, md *runtimeapi.PodSandboxMetadata) (*runtimeapi.RunPodSandboxResponse, error) {
-	c, err := ds.client.ContainerInspect(ctx, name)
+	c, err := ds.engine.ContainerInspect(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("a container named %s exists but cannot be inspected: %w", name, err)
 	}
@@ -234,7 +234,7 @@ func (ds *DockerService) sandboxDockerConfig(cfg *runtimeapi.PodSandboxConfig, r
 		// (sandbox_sysctls.go); a pinned sandbox's net.* ones are
 		// netshim's to write (RunPodSandbox).
 		Sysctls:        linux.GetSysctls(),
-		OomScoreAdj:    ds.oomScoreAdj(sandboxOOMScoreAdj),
+		OomScoreAdj:    ds.containers.oom.apply(sandboxOOMScoreAdj),
 		Privileged:     sc.GetPrivileged(),
 		ReadonlyRootfs: sc.GetReadonlyRootfs(),
 		// A handler is a Docker runtime's name; "" leaves the engine's

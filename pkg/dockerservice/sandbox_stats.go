@@ -80,7 +80,7 @@ func (ds *DockerService) ListPodSandboxStats(_ context.Context, r *runtimeapi.Li
 // sandboxesMatching returns the indexed sandboxes whose ID starts with
 // idPrefix and whose CRI labels match selector.
 func (ds *DockerService) sandboxesMatching(idPrefix string, selector map[string]string) []*store.Record {
-	recs := ds.store.List(store.KindSandbox)
+	recs := ds.store().List(store.KindSandbox)
 	out := recs[:0]
 	for _, rec := range recs {
 		if strings.HasPrefix(rec.ID, idPrefix) && matchesSelector(sandboxInfoOf(rec).labels, selector) {
@@ -127,7 +127,7 @@ func (ds *DockerService) samplePod(ref sandboxRef) *podSample {
 	} else {
 		ps.metadata = &runtimeapi.PodSandboxMetadata{Name: ref.cp.Name, Namespace: ref.cp.Namespace, Uid: ref.cp.UID, Attempt: ref.cp.Attempt}
 	}
-	ps.containers = ds.store.ContainersOf(ref.id)
+	ps.containers = ds.store().ContainersOf(ref.id)
 	// The process whose cgroup and netns stand for the pod's: the infra
 	// container's, else a running container's (they all join the
 	// sandbox's netns).

@@ -83,7 +83,7 @@ func (h *fakeHost) cgroupFiles(dir string, u usage) {
 // container places a running container in dir/<its cgroup name>, with u.
 func (h *fakeHost) container(ds *DockerService, id, podDir string, u usage) string {
 	h.tb.Helper()
-	rec, ok := ds.store.Get(id)
+	rec, ok := ds.store().Get(id)
 	if !ok || rec.Pid <= 0 {
 		h.tb.Fatalf("container %s is not running", id)
 	}
@@ -112,7 +112,7 @@ func (h *fakeHost) netdev(pid int, ifaces map[string][4]uint64) {
 
 func (e *podEnv) pid(t *testing.T, id string) int {
 	t.Helper()
-	rec, ok := e.ds.store.Get(id)
+	rec, ok := e.ds.store().Get(id)
 	if !ok {
 		t.Fatalf("%s not indexed", id)
 	}
@@ -316,7 +316,7 @@ func TestPodSandboxStatsHostNetworkHasNoNetwork(t *testing.T) {
 	cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}
 	id := e.run(t, cfg)
 	h := newFakeHost(t, e.ds, false)
-	rec, _ := e.ds.store.Get(id)
+	rec, _ := e.ds.store().Get(id)
 	h.cgroupFiles("/kubepods/poduid-host", podUsage)
 	h.process(rec.Pid, "/kubepods/poduid-host/"+id)
 	h.netdev(rec.Pid, map[string][4]uint64{"eth0": {1, 1, 1, 1}})
@@ -385,7 +385,7 @@ func TestPodSandboxStatsOfCheckpointOnlySandbox(t *testing.T) {
 	e := newTestEnv(t)
 	id := e.run(t, podConfig("web"))
 	e.docker.RemoveBehindBack(id)
-	testutil.Eventually(t, "the removal to reach the index", func() bool { _, ok := e.ds.store.Get(id); return !ok })
+	testutil.Eventually(t, "the removal to reach the index", func() bool { _, ok := e.ds.store().Get(id); return !ok })
 	resp, err := e.ds.PodSandboxStats(context.Background(), &runtimeapi.PodSandboxStatsRequest{PodSandboxId: id})
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func (ds *DockerService) lookupSandbox(id string) (ref sandboxRef, found bool, e
 		return ref, false, err
 	}
 	ref.id = id
-	rec, err := ds.store.Resolve(id)
+	rec, err := ds.store().Resolve(id)
 	if err != nil {
 		return ref, false, invalidArgf("%v", err)
 	}
@@ -197,9 +197,9 @@ func (ds *DockerService) markTeardown(ctx context.Context, id string, mark func(
 // already stopped or gone is fine.
 func (ds *DockerService) stopContainer(ctx context.Context, id string) error {
 	timeout := stopGrace(ctx, ds.cfg.StopTimeout)
-	err := ds.client.ContainerStop(ctx, id, container.StopOptions{Timeout: &timeout})
+	err := ds.engine.ContainerStop(ctx, id, container.StopOptions{Timeout: &timeout})
 	if errdefs.IsNotFound(err) {
-		ds.store.Delete(id)
+		ds.store().Delete(id)
 		return nil
 	}
 	if err != nil {
@@ -207,7 +207,7 @@ func (ds *DockerService) stopContainer(ctx context.Context, id string) error {
 	}
 	// The "die" event will bring the exit code; readers must not see the
 	// container running meanwhile.
-	ds.store.Update(id, func(r *store.Record) {
+	ds.store().Update(id, func(r *store.Record) {
 		if r.State == store.StateRunning {
 			r.State, r.Pid, r.FinishedAt = store.StateExited, 0, time.Now().UnixNano()
 		}
@@ -236,7 +236,7 @@ func stopGrace(ctx context.Context, configured time.Duration) int {
 // index; running only when all is false.
 func (ds *DockerService) podContainers(sandboxID string, all bool) []*store.Record {
 	var out []*store.Record
-	for _, r := range ds.store.ContainersOf(sandboxID) {
+	for _, r := range ds.store().ContainersOf(sandboxID) {
 		if all || r.Running() {
 			out = append(out, r)
 		}

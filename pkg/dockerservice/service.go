@@ -70,26 +70,23 @@ type DockerService struct {
 	runtimeapi.UnimplementedImageServiceServer
 
 	cfg     Config
-	client  DockerClient
 	network *network.PluginManager
-	// store is the index's store: every read of container state goes
-	// to it; writes go through index (pkg/dockerservice/index).
-	store       *store.Store
-	index       *index.Index
-	oomWarnOnce sync.Once
+	// index keeps the records of netshim's containers and sandboxes
+	// current; every read of container state goes to its store
+	// (ds.store()), writes go through it (pkg/dockerservice/index).
+	index *index.Index
 	// containers is the workload containers' own state: log followers,
 	// the exec killer, the cached cgroup driver (container_runtime.go).
 	containers *containerRuntime
 	// images caches what ListImages and ImageFsInfo would otherwise ask
 	// Docker for on every poll (image_state.go).
 	images imageState
-	// engine is what netshim knows of the engine it talks to: its
-	// version, the negotiated API version, its runtimes (docker.go).
+	// engine is the Docker engine: its client, and what netshim knows
+	// of it: its version, the negotiated API version, its runtimes
+	// (docker.go).
 	engine engineState
 	// streaming serves exec/attach/port-forward sessions (streaming.go).
 	streaming StreamingServer
-	// layers measures containers' writable layers (container_layer.go).
-	layers *layerUsage
 	// events publishes container events (container_events.go).
 	events *containerEvents
 	// pins is the pinning of pod namespaces under --netns-dir
@@ -124,6 +121,10 @@ type startupOnce struct {
 	tearDown sync.Once
 }
 
+// store is the index's store, which every read of container state goes
+// to.
+func (ds *DockerService) store() *store.Store { return ds.index.Store() }
+
 // NewDockerService builds the service: it loads the checkpoints, then
 // selects and initialises the network plugin (which may call back into the
 // service as its network.Host).
@@ -133,7 +134,7 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	}
 	ds := &DockerService{
 		cfg:    cfg,
-		client: client,
+		engine: engineState{DockerClient: client},
 		pods:   podstate.New(checkpoints),
 		pins: nsPinning{
 			pinning:           map[string]bool{},
@@ -144,11 +145,11 @@ func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.M
 	}
 	ds.engine.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
 	ds.index = ds.newIndex()
-	ds.store = ds.index.Store()
-	ds.layers = newLayerUsage(client.Info, ds.store, cfg.LayerUsage)
-	ds.containers.stats.writableLayer = ds.layers.writableLayer
+	ds.containers.oom.floor = cfg.OOMScoreAdjFloor
+	ds.containers.layers = newLayerUsage(client.Info, ds.store(), cfg.LayerUsage)
+	ds.containers.stats.writableLayer = ds.containers.layers.writableLayer
 	ds.events = newContainerEvents(ds)
-	ds.store.OnChange(ds.events.touch)
+	ds.store().OnChange(ds.events.touch)
 	cfg.Metrics.SetStateCounts(ds.countByState) // metrics.go
 	ds.containers.streams.onSettled = ds.events.touch
 	if err := ds.pods.Load(); err != nil {
@@ -198,21 +199,10 @@ func (ds *DockerService) removeCheckpoint(id string) error {
 func (ds *DockerService) Close() {
 	// Log followers resume from their files' last line on restart.
 	ds.containers.logs.StopAll()
-	ds.layers.stop()
+	ds.containers.layers.stop()
 	if s, ok := ds.network.Plugin().(interface{ Stop() }); ok {
 		s.Stop()
 	}
-}
-
-// oomScoreAdj applies the configured floor, warning once that it did.
-func (ds *DockerService) oomScoreAdj(v int) int {
-	c := clampOOMScoreAdj(v, ds.cfg.OOMScoreAdjFloor)
-	if c != v {
-		ds.oomWarnOnce.Do(func() {
-			klog.InfoS("WARNING: netshim lacks CAP_SYS_RESOURCE, so negative oom_score_adj values cannot be set; clamping them (use --restrict-oom-score-adj=false to disable)", "requested", v, "used", c)
-		})
-	}
-	return c
 }
 
 func backgroundCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }

@@ -669,7 +669,7 @@ func TestIndexFollowsChangesBehindNetshimsBack(t *testing.T) {
 	testutil.Eventually(t, "killed sandbox NOTREADY", func() bool { return state(killed) == runtimeapi.PodSandboxState_SANDBOX_NOTREADY })
 	e.docker.RemoveBehindBack(removed)
 	testutil.Eventually(t, "removed sandbox NOTREADY from its checkpoint", func() bool {
-		_, ok := e.ds.store.Get(removed)
+		_, ok := e.ds.store().Get(removed)
 		return !ok && state(removed) == runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	})
 	// The first Status reads docker info's runtimes, which are then
@@ -707,7 +707,7 @@ func TestIndexResyncsAfterDockerRestart(t *testing.T) {
 	e.docker.SetDown(false)
 	testutil.Eventually(t, "RuntimeReady=true and the index resynced", func() bool {
 		resp, _ := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{})
-		r, _ := e.ds.store.Get(id)
+		r, _ := e.ds.store().Get(id)
 		return resp.Status.Conditions[0].Status && r != nil && !r.Running()
 	})
 }
@@ -754,7 +754,7 @@ func TestOwnCreateAndStartCostNoEventInspects(t *testing.T) {
 	// Events are applied in order: once the kill is seen, the create and
 	// start events before it have been handled too.
 	e.docker.KillBehindBack(id)
-	testutil.Eventually(t, "die event applied", func() bool { r, _ := e.ds.store.Get(id); return !r.Running() })
+	testutil.Eventually(t, "die event applied", func() bool { r, _ := e.ds.store().Get(id); return !r.Running() })
 	if n := e.docker.Count("ContainerInspect"); n != 1 {
 		t.Errorf("RunPodSandbox cost %d inspects, want 1 (the post-start one): %v", n, e.docker.Calls())
 	}

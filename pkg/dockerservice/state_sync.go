@@ -39,7 +39,7 @@ func (ds *DockerService) newIndex() *index.Index {
 	if ds.cfg.AdoptCRIDockerd {
 		decode = recordFromInspectAdopting
 	}
-	return index.New(ds.client, decode, index.Options{Filter: ownedFilter(ds.cfg.AdoptCRIDockerd), BeforeSynced: ds.beforeIndexSynced, OnSync: ds.onIndexSync, Metrics: ds.cfg.Metrics})
+	return index.New(ds.engine.DockerClient, decode, index.Options{Filter: ownedFilter(ds.cfg.AdoptCRIDockerd), BeforeSynced: ds.beforeIndexSynced, OnSync: ds.onIndexSync, Metrics: ds.cfg.Metrics})
 }
 
 // Start keeps the index in sync with Docker until ctx ends. It returns once
@@ -48,7 +48,7 @@ func (ds *DockerService) newIndex() *index.Index {
 // in the background and Status reports RuntimeReady=false.
 func (ds *DockerService) Start(ctx context.Context) {
 	go ds.index.Run(ctx)
-	ds.layers.start(ctx) // container_layer.go
+	ds.containers.layers.start(ctx) // container_layer.go
 	go ds.events.run(ctx)
 	go func() {
 		select {
@@ -107,11 +107,11 @@ func (ds *DockerService) createOwned(ctx context.Context, config *container.Conf
 	if err != nil && created.ID != "" {
 		rctx, cancel := context.WithTimeout(backgroundCtx(ctx), cleanupTimeout)
 		defer cancel()
-		if rerr := ds.client.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
+		if rerr := ds.engine.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
 			klog.FromContext(ctx).Error(rerr, "Failed to remove a container whose create failed; it stays listed for kubelet to remove", "name", name, "containerID", created.ID)
 			return container.CreateResponse{}, err
 		}
-		ds.store.Delete(created.ID)
+		ds.store().Delete(created.ID)
 		return container.CreateResponse{}, err
 	}
 	return created, err
@@ -224,7 +224,7 @@ func parseDockerTime(s string) int64 {
 func (ds *DockerService) refreshVersion(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
-	v, err := ds.client.ServerVersion(ctx)
+	v, err := ds.engine.ServerVersion(ctx)
 	if err != nil {
 		klog.ErrorS(err, "Failed to read Docker's version")
 		return

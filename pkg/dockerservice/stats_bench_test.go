@@ -48,7 +48,7 @@ func newStatsBenchEnv(b *testing.B, v2 bool) *testEnv {
 		h.cgroupFiles(pod, podUsage)
 		h.container(e.ds, sb.PodSandboxId, pod, infraUsage)
 		h.container(e.ds, ctr.ContainerId, pod, ctrUsage)
-		rec, _ := e.ds.store.Get(sb.PodSandboxId)
+		rec, _ := e.ds.store().Get(sb.PodSandboxId)
 		h.netdev(rec.Pid, map[string][4]uint64{"lo": {1, 0, 1, 0}, "eth0": {5000, 1, 7000, 2}})
 	}
 	return e

@@ -57,7 +57,7 @@ func TestContainerCgroupFoundOncePerProcess(t *testing.T) {
 
 	// A new process (Docker restarted the container in place): looked up
 	// again, and refused as above.
-	e.ds.store.Update(id, func(r *store.Record) { r.Pid = pid + 1 })
+	e.ds.store().Update(id, func(r *store.Record) { r.Pid = pid + 1 })
 	h.process(pid+1, pod+"/"+strings.Repeat("f", 64))
 	if m := memory(); m != nil {
 		t.Errorf("new pid naming another container's cgroup: memory %v, want none", m)
@@ -68,7 +68,7 @@ func TestContainerCgroupFoundOncePerProcess(t *testing.T) {
 	}
 
 	// Gone from the index: the next unfiltered listing forgets it.
-	e.ds.store.Delete(id)
+	e.ds.store().Delete(id)
 	if _, err := e.ds.ListContainerStats(context.Background(), &runtimeapi.ListContainerStatsRequest{}); err != nil {
 		t.Fatal(err)
 	}

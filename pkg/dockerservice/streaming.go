@@ -84,7 +84,7 @@ func (ds *DockerService) PortForward(_ context.Context, r *runtimeapi.PortForwar
 	if err := ds.requireSynced(); err != nil {
 		return nil, err
 	}
-	rec, err := ds.store.Resolve(id)
+	rec, err := ds.store().Resolve(id)
 	if err != nil {
 		return nil, invalidArgf("port-forward: %v", err)
 	}
@@ -111,7 +111,7 @@ func (ds *DockerService) PortForward(_ context.Context, r *runtimeapi.PortForwar
 // checked to still be that container's (see sandboxNetNS). It is the
 // streaming server's way into a pod for port-forward.
 func (ds *DockerService) PodNetNS(_ context.Context, sandboxID string) (string, error) {
-	rec, ok := ds.store.Get(sandboxID)
+	rec, ok := ds.store().Get(sandboxID)
 	if !ok || rec.Kind != store.KindSandbox {
 		return "", notFoundf("pod sandbox %s not found", sandboxID)
 	}
@@ -134,7 +134,7 @@ func (ds *DockerService) runningContainerForStream(what, id string) (*store.Reco
 	if err := ds.requireSynced(); err != nil {
 		return nil, err
 	}
-	rec, err := ds.store.Resolve(id)
+	rec, err := ds.store().Resolve(id)
 	if err != nil {
 		return nil, invalidArgf("%s container: %v", what, err)
 	}

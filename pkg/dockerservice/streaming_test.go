@@ -65,10 +65,10 @@ func newStreamingEnv(t *testing.T) *streamingEnv {
 		if st == store.StateRunning {
 			pid = 4242
 		}
-		e.ds.store.Put(&store.Record{ID: id, Kind: store.KindContainer, SandboxID: e.sandbox, State: st, Pid: pid, ExitCode: 2})
+		e.ds.store().Put(&store.Record{ID: id, Kind: store.KindContainer, SandboxID: e.sandbox, State: st, Pid: pid, ExitCode: 2})
 	}
 	e.stoppedSandbox = "dddd" + strings.Repeat("4", 60)
-	e.ds.store.Put(&store.Record{ID: e.stoppedSandbox, Kind: store.KindSandbox, State: store.StateExited})
+	e.ds.store().Put(&store.Record{ID: e.stoppedSandbox, Kind: store.KindSandbox, State: store.StateExited})
 	return e
 }
 
@@ -180,7 +180,7 @@ func TestPortForwardValidationAndDelegation(t *testing.T) {
 func TestPodNetNSFromTheIndex(t *testing.T) {
 	e := newStreamingEnv(t)
 	e.docker.ResetCalls()
-	rec, _ := e.ds.store.Get(e.sandbox)
+	rec, _ := e.ds.store().Get(e.sandbox)
 	path, err := e.ds.PodNetNS(context.Background(), e.sandbox)
 	if err != nil || path != fmt.Sprintf("/proc/%d/ns/net", rec.Pid) {
 		t.Errorf("PodNetNS of a running sandbox: %q %v, want /proc/%d/ns/net", path, err, rec.Pid)

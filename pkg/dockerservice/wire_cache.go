@@ -40,7 +40,7 @@ type stateKey struct {
 // stateKey returns the current key. Taken before an answer is built: if
 // the state changes while it is built, the next call rebuilds.
 func (ds *DockerService) currentStateKey() stateKey {
-	return stateKey{storeGen: ds.store.Generation(), podsGen: ds.pods.Generation()}
+	return stateKey{storeGen: ds.store().Generation(), podsGen: ds.pods.Generation()}
 }
 
 // cachedOrBuild returns the answer cached in slot for the current state,
