@@ -4,7 +4,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 
-	"github.com/netshim/netshim/pkg/dockerservice"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/metrics"
 )
 
@@ -27,7 +27,7 @@ const maxRecvMsgSize = 16 << 20
 func newCRIServer(m *metrics.Metrics, gate *serveGate, codec encoding.CodecV2) *grpc.Server {
 	return grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
-		grpc.ChainUnaryInterceptor(m.UnaryInterceptor, gate.Unary, dockerservice.UnaryInterceptor),
-		grpc.ChainStreamInterceptor(m.StreamInterceptor, gate.Stream, dockerservice.StreamInterceptor),
+		grpc.ChainUnaryInterceptor(m.UnaryInterceptor, gate.Unary, crirpc.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(m.StreamInterceptor, gate.Stream, crirpc.StreamInterceptor),
 		grpc.ForceServerCodecV2(codec))
 }

@@ -1,6 +1,6 @@
 // Package testutil holds the few helpers that unit tests across netshim's
-// packages share: a bounded poll, a look at a host process's state, and a
-// metric's value.
+// packages share: a bounded poll, a look at a host process's state, a
+// metric's value, and the log entries of a test logger.
 package testutil
 
 import (

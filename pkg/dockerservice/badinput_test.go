@@ -24,6 +24,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/internal/fakedocker"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -42,7 +43,7 @@ type criClients struct {
 func serveCRI(t *testing.T, ds *DockerService) criClients {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(UnaryInterceptor), grpc.ChainStreamInterceptor(StreamInterceptor), grpc.ForceServerCodecV2(ds.Codec()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(crirpc.UnaryInterceptor), grpc.ChainStreamInterceptor(crirpc.StreamInterceptor), grpc.ForceServerCodecV2(ds.Codec()))
 	ds.Register(srv)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
@@ -99,12 +100,12 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 	}
 	for _, kv := range cfg.GetEnvs() {
 		if kv.GetKey() == "" {
-			return nil, nil, invalidArgf("environment variable with an empty name (value %q)", kv.GetValue())
+			return nil, nil, crirpc.InvalidArgf("environment variable with an empty name (value %q)", kv.GetValue())
 		}
 		config.Env = append(config.Env, kv.GetKey()+"="+string(kv.GetValue()))
 	}
 	if len(cfg.GetCDIDevices()) > 0 {
-		return nil, nil, invalidArgf("CDI devices are not supported: Docker API 1.41 has no CDI device requests")
+		return nil, nil, crirpc.InvalidArgf("CDI devices are not supported: Docker API 1.41 has no CDI device requests")
 	}
 
 	hc := &container.HostConfig{
@@ -130,7 +131,7 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 
 	for _, d := range cfg.GetDevices() {
 		if !filepath.IsAbs(d.GetContainerPath()) || d.GetHostPath() == "" {
-			return nil, nil, invalidArgf("device %q -> %q: the host path is required and the container path must be absolute", d.GetHostPath(), d.GetContainerPath())
+			return nil, nil, crirpc.InvalidArgf("device %q -> %q: the host path is required and the container path must be absolute", d.GetHostPath(), d.GetContainerPath())
 		}
 		perms := d.GetPermissions()
 		if perms == "" {
@@ -208,16 +209,16 @@ func setPidAndUserns(hc *container.HostConfig, in containerDockerInput, podPid c
 		// Its own pid namespace: Docker's default.
 	case runtimeapi.NamespaceMode_TARGET:
 		if in.pidTarget == "" {
-			return invalidArgf("pid namespace mode TARGET needs a target container ID")
+			return crirpc.InvalidArgf("pid namespace mode TARGET needs a target container ID")
 		}
 		hc.PidMode = container.PidMode("container:" + in.pidTarget)
 	default:
-		return invalidArgf("unknown pid namespace mode %d", ns.GetPid())
+		return crirpc.InvalidArgf("unknown pid namespace mode %d", ns.GetPid())
 	}
 	// A nil UsernsOptions reads as mode POD (the enum's zero): only an
 	// explicit POD asks for a user namespace.
 	if u := ns.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
-		return invalidArgf("user namespaces are not supported: Docker has no per-pod user namespace")
+		return crirpc.InvalidArgf("user namespaces are not supported: Docker has no per-pod user namespace")
 	}
 	return nil
 }
@@ -245,17 +246,17 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (b
 			continue
 		}
 		if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
-			return nil, nil, invalidArgf("mount %s: id-mapped mounts are not supported (Docker has no per-container user namespace)", m.GetContainerPath())
+			return nil, nil, crirpc.InvalidArgf("mount %s: id-mapped mounts are not supported (Docker has no per-container user namespace)", m.GetContainerPath())
 		}
 		if !filepath.IsAbs(m.GetContainerPath()) {
-			return nil, nil, invalidArgf("mount %q: the container path must be absolute", m.GetContainerPath())
+			return nil, nil, crirpc.InvalidArgf("mount %q: the container path must be absolute", m.GetContainerPath())
 		}
 		if m.GetHostPath() == "" {
-			return nil, nil, invalidArgf("mount %s: the host path is required", m.GetContainerPath())
+			return nil, nil, crirpc.InvalidArgf("mount %s: the host path is required", m.GetContainerPath())
 		}
 		dst := filepath.Clean(m.GetContainerPath())
 		if seen[dst] {
-			return nil, nil, invalidArgf("two mounts target %s", dst)
+			return nil, nil, crirpc.InvalidArgf("two mounts target %s", dst)
 		}
 		seen[dst] = true
 		var propagation mount.Propagation
@@ -267,7 +268,7 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (b
 		case runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL:
 			propagation = mount.PropagationRShared
 		default:
-			return nil, nil, invalidArgf("mount %s: unknown propagation %d", dst, m.GetPropagation())
+			return nil, nil, crirpc.InvalidArgf("mount %s: unknown propagation %d", dst, m.GetPropagation())
 		}
 
 		// Without SELinux on the host a relabel changes nothing (Docker
@@ -284,7 +285,7 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (b
 		nonRecursiveRO := m.GetReadonly() && readOnlyNeedsNonRecursive(apiVersion)
 		colon := strings.Contains(m.GetHostPath(), ":") || strings.Contains(dst, ":")
 		if colon && m.GetSelinuxRelabel() {
-			return nil, nil, invalidArgf("mount %q -> %q: SELinux relabeling needs Docker's bind syntax, which cannot hold a ':' in a path", m.GetHostPath(), dst)
+			return nil, nil, crirpc.InvalidArgf("mount %q -> %q: SELinux relabeling needs Docker's bind syntax, which cannot hold a ':' in a path", m.GetHostPath(), dst)
 		}
 		// Docker's mount API has no SELinux relabel: on an SELinux host a
 		// read-only mount that asks for one keeps the bind syntax, which
@@ -339,16 +340,16 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (b
 // others (critest and kubelet may ask anyway) it is false and ignored.
 func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.Propagation, apiVersion string, relabel bool) (mount.Mount, error) {
 	if !m.GetReadonly() {
-		return mount.Mount{}, invalidArgf("mount %s: recursive read-only needs readonly", dst)
+		return mount.Mount{}, crirpc.InvalidArgf("mount %s: recursive read-only needs readonly", dst)
 	}
 	if propagation != "" {
-		return mount.Mount{}, invalidArgf("mount %s: recursive read-only needs private propagation", dst)
+		return mount.Mount{}, crirpc.InvalidArgf("mount %s: recursive read-only needs private propagation", dst)
 	}
 	if !apiAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
-		return mount.Mount{}, invalidArgf("mount %s: recursive read-only mounts need Docker API %s or later (Docker 25); this engine speaks %s", dst, minRecursiveReadOnlyAPI, apiVersion)
+		return mount.Mount{}, crirpc.InvalidArgf("mount %s: recursive read-only mounts need Docker API %s or later (Docker 25); this engine speaks %s", dst, minRecursiveReadOnlyAPI, apiVersion)
 	}
 	if relabel {
-		return mount.Mount{}, invalidArgf("mount %s: SELinux relabeling cannot be combined with recursive read-only through Docker's mount API", dst)
+		return mount.Mount{}, crirpc.InvalidArgf("mount %s: SELinux relabeling cannot be combined with recursive read-only through Docker's mount API", dst)
 	}
 	return mount.Mount{Type: mount.TypeBind, Source: m.GetHostPath(), Target: dst, ReadOnly: true,
 		BindOptions: &mount.BindOptions{ReadOnlyForceRecursive: true, CreateMountpoint: true}}, nil
@@ -420,7 +421,7 @@ func setSecurityContext(config *container.Config, hc *container.HostConfig, sc *
 
 	if caps := sc.GetCapabilities(); caps != nil {
 		if len(caps.GetAddAmbientCapabilities()) > 0 {
-			return invalidArgf("ambient capabilities are not supported by Docker")
+			return crirpc.InvalidArgf("ambient capabilities are not supported by Docker")
 		}
 		hc.CapAdd = normalizeCaps(caps.GetAddCapabilities())
 		hc.CapDrop = normalizeCaps(caps.GetDropCapabilities())
@@ -484,7 +485,7 @@ func containerUser(sc *runtimeapi.LinuxContainerSecurityContext) (string, error)
 	switch {
 	case sc.GetRunAsUser() != nil:
 		if sc.GetRunAsUser().GetValue() < 0 {
-			return "", invalidArgf("run_as_user %d is negative", sc.GetRunAsUser().GetValue())
+			return "", crirpc.InvalidArgf("run_as_user %d is negative", sc.GetRunAsUser().GetValue())
 		}
 		user = strconv.FormatInt(sc.GetRunAsUser().GetValue(), 10)
 	case sc.GetRunAsUsername() != "":
@@ -492,10 +493,10 @@ func containerUser(sc *runtimeapi.LinuxContainerSecurityContext) (string, error)
 	}
 	if g := sc.GetRunAsGroup(); g != nil {
 		if user == "" {
-			return "", invalidArgf("run_as_group is set without run_as_user or run_as_username")
+			return "", crirpc.InvalidArgf("run_as_group is set without run_as_user or run_as_username")
 		}
 		if g.GetValue() < 0 {
-			return "", invalidArgf("run_as_group %d is negative", g.GetValue())
+			return "", crirpc.InvalidArgf("run_as_group %d is negative", g.GetValue())
 		}
 		user += ":" + strconv.FormatInt(g.GetValue(), 10)
 	}
@@ -529,7 +530,7 @@ func selinuxSecurityOpts(se *runtimeapi.SELinuxOption) ([]string, error) {
 		// character; refusing them keeps a newline out of Docker's
 		// security options.
 		if strings.ContainsFunc(kv[1], unicode.IsControl) {
-			return nil, invalidArgf("SELinux %s %q contains a control character", kv[0], kv[1])
+			return nil, crirpc.InvalidArgf("SELinux %s %q contains a control character", kv[0], kv[1])
 		}
 		if kv[1] != "" {
 			opts = append(opts, "label="+kv[0]+":"+kv[1])
@@ -552,13 +553,13 @@ func apparmorSecurityOpt(p *runtimeapi.SecurityProfile) ([]string, error) {
 	case runtimeapi.SecurityProfile_Localhost:
 		name := strings.TrimPrefix(p.GetLocalhostRef(), "localhost/")
 		if name == "" {
-			return nil, invalidArgf("apparmor profile type Localhost needs a profile name")
+			return nil, crirpc.InvalidArgf("apparmor profile type Localhost needs a profile name")
 		}
 		return []string{"apparmor=" + name}, nil
 	case runtimeapi.SecurityProfile_RuntimeDefault:
 		return nil, nil
 	}
-	return nil, invalidArgf("unknown apparmor profile type %d", p.GetProfileType())
+	return nil, crirpc.InvalidArgf("unknown apparmor profile type %d", p.GetProfileType())
 }
 
 // describeNamespaces is a one-line summary for logs.

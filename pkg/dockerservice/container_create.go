@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -43,7 +44,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	imageName := cfg.GetImage().GetImage()
 	img, err := ds.engine.ImageInspect(ctx, imageName)
 	if errdefs.IsNotFound(err) {
-		return nil, notFoundf("image %q of container %s is not present on the node; pull it first (kubelet pulls before it creates)", imageName, md.Name)
+		return nil, crirpc.NotFoundf("image %q of container %s is not present on the node; pull it first (kubelet pulls before it creates)", imageName, md.Name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inspecting image %q of container %s: %w", imageName, md.Name, err)
@@ -126,7 +127,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		return nil, ds.nameConflict(ctx, name, err)
 	case errdefs.IsNotFound(err):
 		// The image was removed between the inspect and the create.
-		return nil, notFoundf("creating container %s: image %q is not present on the node (%v); pull it first", name, imageName, err)
+		return nil, crirpc.NotFoundf("creating container %s: image %q is not present on the node (%v); pull it first", name, imageName, err)
 	case err != nil:
 		return nil, fmt.Errorf("creating container %s: %w", name, err)
 	}
@@ -146,13 +147,13 @@ func validateContainerConfig(r *runtimeapi.CreateContainerRequest) error {
 	}
 	cfg := r.GetConfig()
 	if cfg == nil {
-		return invalidArgf("container config is required")
+		return crirpc.InvalidArgf("container config is required")
 	}
 	if cfg.GetMetadata() == nil || cfg.GetMetadata().GetName() == "" {
-		return invalidArgf("container config: metadata with a name is required")
+		return crirpc.InvalidArgf("container config: metadata with a name is required")
 	}
 	if cfg.GetImage().GetImage() == "" {
-		return invalidArgf("container %s: image is required", cfg.GetMetadata().GetName())
+		return crirpc.InvalidArgf("container %s: image is required", cfg.GetMetadata().GetName())
 	}
 	return validateContainerSpec(cfg)
 }
@@ -163,13 +164,13 @@ func validateContainerConfig(r *runtimeapi.CreateContainerRequest) error {
 func (ds *DockerService) runningSandbox(id string) (*store.Record, error) {
 	sb, err := ds.store().Resolve(id)
 	if err != nil {
-		return nil, invalidArgf("%v", err)
+		return nil, crirpc.InvalidArgf("%v", err)
 	}
 	if sb == nil || sb.Kind != store.KindSandbox {
-		return nil, notFoundf("pod sandbox %s not found", id)
+		return nil, crirpc.NotFoundf("pod sandbox %s not found", id)
 	}
 	if !sb.Running() {
-		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its infra container is not running; containers can only be created in a ready sandbox", sb.ID))
+		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its infra container is not running; containers can only be created in a ready sandbox", sb.ID))
 	}
 	return sb, nil
 }
@@ -183,10 +184,10 @@ func (ds *DockerService) pidTarget(cfg *runtimeapi.ContainerConfig) (string, err
 	}
 	target, err := ds.store().Resolve(ns.GetTargetId())
 	if err != nil {
-		return "", invalidArgf("pid namespace target: %v", err)
+		return "", crirpc.InvalidArgf("pid namespace target: %v", err)
 	}
 	if target == nil || ns.GetTargetId() == "" {
-		return "", notFoundf("pid namespace target container %q not found", ns.GetTargetId())
+		return "", crirpc.NotFoundf("pid namespace target container %q not found", ns.GetTargetId())
 	}
 	return target.ID, nil
 }
@@ -197,7 +198,7 @@ func (ds *DockerService) nameConflict(ctx context.Context, name string, err erro
 	if c, ierr := ds.engine.ContainerInspect(ctx, name); ierr == nil {
 		holder = "container " + c.ID
 	}
-	return withCode(codes.AlreadyExists, fmt.Errorf("container name %s is already in use by %s; remove it first, or create with another attempt number: %w", name, holder, err))
+	return crirpc.WithCode(codes.AlreadyExists, fmt.Errorf("container name %s is already in use by %s; remove it first, or create with another attempt number: %w", name, holder, err))
 }
 
 // imageRef is what the CRI calls the image ref: the repo digest of the

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/broadcast"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -506,9 +507,9 @@ func eventsEnded(err error) error {
 	switch {
 	case errors.As(err, &oe):
 		klog.InfoS("Dropped a container events subscriber that fell behind; it must relist", "buffered", oe.Buffered)
-		return withCode(codes.ResourceExhausted, err)
+		return crirpc.WithCode(codes.ResourceExhausted, err)
 	case errors.Is(err, errEventsShutdown):
-		return withCode(codes.Unavailable, err)
+		return crirpc.WithCode(codes.Unavailable, err)
 	}
 	return err // the client went away
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -420,7 +421,7 @@ func TestSlowEventsSubscriberIsDropped(t *testing.T) {
 			got = append(got, ev.ContainerId)
 			continue
 		case err := <-slowErr:
-			if status.Code(toStatus(err)) != codes.ResourceExhausted || !strings.Contains(err.Error(), "events subscriber too slow: 2 events buffered") {
+			if status.Code(crirpc.ToStatus(err)) != codes.ResourceExhausted || !strings.Contains(err.Error(), "events subscriber too slow: 2 events buffered") {
 				t.Errorf("slow stream ended with %v, want ResourceExhausted saying it is too slow", err)
 			}
 		case <-time.After(testutil.EventuallyTimeout):

@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/procutil"
 )
 
@@ -46,10 +47,10 @@ func (ds *DockerService) ExecSync(ctx context.Context, r *runtimeapi.ExecSyncReq
 		return nil, err
 	}
 	if len(r.GetCmd()) == 0 {
-		return nil, invalidArgf("exec in container %s: the command is empty", rec.ID)
+		return nil, crirpc.InvalidArgf("exec in container %s: the command is empty", rec.ID)
 	}
 	if !rec.Running() {
-		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("exec in container %s: the container is not running", rec.ID))
+		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("exec in container %s: the container is not running", rec.ID))
 	}
 	timeout := time.Duration(r.GetTimeout()) * time.Second
 	if timeout > 0 {
@@ -60,7 +61,7 @@ func (ds *DockerService) ExecSync(ctx context.Context, r *runtimeapi.ExecSyncReq
 	res, err := ds.execSync(ctx, rec.ID, r.GetCmd())
 	if err != nil {
 		if timeout > 0 && errors.Is(err, context.DeadlineExceeded) {
-			return nil, withCode(codes.DeadlineExceeded, fmt.Errorf("command %q in container %s timed out after %s; it was killed", strings.Join(r.GetCmd(), " "), rec.ID, timeout))
+			return nil, crirpc.WithCode(codes.DeadlineExceeded, fmt.Errorf("command %q in container %s timed out after %s; it was killed", strings.Join(r.GetCmd(), " "), rec.ID, timeout))
 		}
 		return nil, fmt.Errorf("exec %q in container %s: %w", strings.Join(r.GetCmd(), " "), rec.ID, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/mount"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
 // Image volumes (KEP 4639): a CRI mount with an image instead of a host
@@ -30,13 +32,13 @@ func isImageMount(m *runtimeapi.Mount) bool { return m.GetImage().GetImage() != 
 func validateImageMount(what string, m *runtimeapi.Mount) error {
 	dst := shortQuote(m.GetContainerPath())
 	if m.GetHostPath() != "" {
-		return invalidArgf("%s: mount %s has both a host path and an image; an image volume has no host path", what, dst)
+		return crirpc.InvalidArgf("%s: mount %s has both a host path and an image; an image volume has no host path", what, dst)
 	}
 	if _, err := imageLookupRef(m.GetImage().GetImage()); err != nil {
-		return invalidArgf("%s: image volume %s: %v", what, dst, err)
+		return crirpc.InvalidArgf("%s: image volume %s: %v", what, dst, err)
 	}
 	if p := m.GetImageSubPath(); p != "" && !filepath.IsLocal(p) {
-		return invalidArgf("%s: image volume %s: image_sub_path %s must be a relative path inside the image, without '..'", what, dst, shortQuote(p))
+		return crirpc.InvalidArgf("%s: image volume %s: image_sub_path %s must be a relative path inside the image, without '..'", what, dst, shortQuote(p))
 	}
 	return nil
 }
@@ -46,23 +48,23 @@ func validateImageMount(what string, m *runtimeapi.Mount) error {
 func imageVolumeMount(m *runtimeapi.Mount, apiVersion string, seen map[string]bool) (mount.Mount, error) {
 	dst := filepath.Clean(m.GetContainerPath())
 	if !filepath.IsAbs(dst) {
-		return mount.Mount{}, invalidArgf("mount %q: the container path must be absolute", m.GetContainerPath())
+		return mount.Mount{}, crirpc.InvalidArgf("mount %q: the container path must be absolute", m.GetContainerPath())
 	}
 	if !apiAtLeast(apiVersion, minImageMountAPI) {
-		return mount.Mount{}, invalidArgf("mount %s: image volumes need Docker 28 (API %s) or later; this engine speaks API %s", dst, minImageMountAPI, apiVersion)
+		return mount.Mount{}, crirpc.InvalidArgf("mount %s: image volumes need Docker 28 (API %s) or later; this engine speaks API %s", dst, minImageMountAPI, apiVersion)
 	}
 	if m.GetHostPath() != "" {
-		return mount.Mount{}, invalidArgf("mount %s: an image volume has no host path", dst)
+		return mount.Mount{}, crirpc.InvalidArgf("mount %s: an image volume has no host path", dst)
 	}
 	if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
-		return mount.Mount{}, invalidArgf("mount %s: id-mapped mounts are not supported (Docker has no per-container user namespace)", dst)
+		return mount.Mount{}, crirpc.InvalidArgf("mount %s: id-mapped mounts are not supported (Docker has no per-container user namespace)", dst)
 	}
 	if m.GetPropagation() != runtimeapi.MountPropagation_PROPAGATION_PRIVATE {
 		// Docker's image mounts take no propagation option.
-		return mount.Mount{}, invalidArgf("mount %s: an image volume can only have private propagation", dst)
+		return mount.Mount{}, crirpc.InvalidArgf("mount %s: an image volume can only have private propagation", dst)
 	}
 	if seen[dst] {
-		return mount.Mount{}, invalidArgf("two mounts target %s", dst)
+		return mount.Mount{}, crirpc.InvalidArgf("two mounts target %s", dst)
 	}
 	seen[dst] = true
 	// Docker mounts images read-only whatever is asked; saying so keeps
@@ -86,7 +88,7 @@ func (ds *DockerService) checkImageVolumes(ctx context.Context, cfg *runtimeapi.
 		ref := m.GetImage().GetImage()
 		_, err := ds.engine.ImageInspect(ctx, ref)
 		if errdefs.IsNotFound(err) {
-			return notFoundf("image %q of the image volume at %s is not present on the node; pull it first (kubelet pulls image volumes before it creates the container)", ref, m.GetContainerPath())
+			return crirpc.NotFoundf("image %q of the image volume at %s is not present on the node; pull it first (kubelet pulls image volumes before it creates the container)", ref, m.GetContainerPath())
 		}
 		if err != nil {
 			return fmt.Errorf("inspecting image %q of the image volume at %s: %w", ref, m.GetContainerPath(), err)

@@ -9,6 +9,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -81,7 +82,7 @@ func containerLabels(in containerLabelsInput) (map[string]string, error) {
 		StopSignal:  in.stopSignal,
 	})
 	if err != nil {
-		return nil, invalidArgf("encoding the netshim metadata of container %s: %v", md.GetName(), err)
+		return nil, crirpc.InvalidArgf("encoding the netshim metadata of container %s: %v", md.GetName(), err)
 	}
 	return ownLabels(cfg.GetLabels(), map[string]string{
 		labelType:          typeContainer,

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/crilog"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -27,11 +28,11 @@ func (ds *DockerService) ReopenContainerLog(ctx context.Context, r *runtimeapi.R
 		return nil, err
 	}
 	if !rec.Running() {
-		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("container %s is not running: it has no log to reopen", rec.ID))
+		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("container %s is not running: it has no log to reopen", rec.ID))
 	}
 	info := containerInfoOf(rec)
 	if info.logPath == "" {
-		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("container %s was created without a log path", rec.ID))
+		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("container %s was created without a log path", rec.ID))
 	}
 	err = ds.containers.logs.Reopen(rec.ID)
 	if errors.Is(err, crilog.ErrNotFollowing) {
@@ -40,7 +41,7 @@ func (ds *DockerService) ReopenContainerLog(ctx context.Context, r *runtimeapi.R
 		// opens a fresh file at the path (checked again), resuming after
 		// the last line of the rotated one.
 		if err = ds.checkLogFilePath(info.logPath); err != nil {
-			return nil, withCode(codes.FailedPrecondition, fmt.Errorf("reopening log of container %s: %w", rec.ID, err))
+			return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("reopening log of container %s: %w", rec.ID, err))
 		}
 		err = ds.containers.logs.Start(ctx, rec.ID, info.logPath, info.tty)
 	}

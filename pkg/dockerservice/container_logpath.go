@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/netshim/netshim/pkg/crilog"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
 // Where a container's CRI log goes is up to the pod spec: kubelet sends
@@ -47,23 +48,23 @@ func (ds *DockerService) containerLogPath(dir, rel string) (string, error) {
 	}
 	switch {
 	case strings.ContainsRune(rel, 0):
-		return "", invalidArgf("container log_path %q contains a NUL byte", rel)
+		return "", crirpc.InvalidArgf("container log_path %q contains a NUL byte", rel)
 	case filepath.IsAbs(rel):
-		return "", invalidArgf("container log_path %q must be relative to the pod sandbox's log_directory %s", rel, dir)
+		return "", crirpc.InvalidArgf("container log_path %q must be relative to the pod sandbox's log_directory %s", rel, dir)
 	case hasDotDot(rel):
-		return "", invalidArgf("container log_path %q must not contain a \"..\" component: the log file must stay under the log_directory %s", rel, dir)
+		return "", crirpc.InvalidArgf("container log_path %q must not contain a \"..\" component: the log file must stay under the log_directory %s", rel, dir)
 	case rel == "." || strings.HasSuffix(rel, "/"):
-		return "", invalidArgf("container log_path %q must name a file under the log_directory %s", rel, dir)
+		return "", crirpc.InvalidArgf("container log_path %q must name a file under the log_directory %s", rel, dir)
 	case filepath.Clean(rel) != rel:
-		return "", invalidArgf("container log_path %q is not a clean path: write it as %q", rel, filepath.Clean(rel))
+		return "", crirpc.InvalidArgf("container log_path %q is not a clean path: write it as %q", rel, filepath.Clean(rel))
 	}
 	path := filepath.Join(dir, rel)
 	if !isUnder(path, dir) {
 		// Unreachable after the checks above; kept as the rule itself.
-		return "", invalidArgf("container log_path %q leaves the log_directory %s", rel, dir)
+		return "", crirpc.InvalidArgf("container log_path %q leaves the log_directory %s", rel, dir)
 	}
 	if err := ds.checkLogFilePath(path); err != nil {
-		return "", withCode(codes.InvalidArgument, err)
+		return "", crirpc.WithCode(codes.InvalidArgument, err)
 	}
 	return path, nil
 }

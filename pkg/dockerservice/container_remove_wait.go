@@ -9,6 +9,8 @@ import (
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
 // Docker refuses to remove a container while another removal of it runs:
@@ -56,7 +58,7 @@ func (ds *DockerService) waitRemoved(ctx context.Context, id string) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-wctx.Done():
-			return withCode(codes.Unavailable, fmt.Errorf("another removal of container %s is still in progress in Docker after %s; retry later", id, removalWaitTimeout))
+			return crirpc.WithCode(codes.Unavailable, fmt.Errorf("another removal of container %s is still in progress in Docker after %s; retry later", id, removalWaitTimeout))
 		case <-tick.C:
 		}
 	}

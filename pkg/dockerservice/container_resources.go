@@ -10,6 +10,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
 // This file maps CRI LinuxContainerResources to Docker's Resources, for
@@ -119,7 +121,7 @@ func resolveResources(res *runtimeapi.LinuxContainerResources) (resourceRequest,
 	for _, k := range keys {
 		v := strings.TrimSpace(unified[k])
 		if err := q.fold(k, v); err != nil {
-			return resourceRequest{}, invalidArgf("unified %s: %s %v", shortQuote(k), shortQuote(v), err)
+			return resourceRequest{}, crirpc.InvalidArgf("unified %s: %s %v", shortQuote(k), shortQuote(v), err)
 		}
 	}
 	for _, h := range res.GetHugepageLimits() {
@@ -131,10 +133,10 @@ func resolveResources(res *runtimeapi.LinuxContainerResources) (resourceRequest,
 	}
 	if q.memory > 0 && q.memory < dockerMinMemory {
 		// Docker would refuse it only at create.
-		return resourceRequest{}, invalidArgf("memory limit %d is below Docker's minimum of %d bytes (6 MiB)", q.memory, dockerMinMemory)
+		return resourceRequest{}, crirpc.InvalidArgf("memory limit %d is below Docker's minimum of %d bytes (6 MiB)", q.memory, dockerMinMemory)
 	}
 	if q.memsw != 0 && q.swapSet {
-		return resourceRequest{}, invalidArgf("memory_swap_limit_in_bytes and unified %s both limit swap; give one", unifiedSwapMax)
+		return resourceRequest{}, crirpc.InvalidArgf("memory_swap_limit_in_bytes and unified %s both limit swap; give one", unifiedSwapMax)
 	}
 	if q.reservation > 0 && q.memory > 0 && q.reservation > q.memory {
 		// Docker refuses a reservation above the limit; the kernel would
@@ -287,7 +289,7 @@ func (q *resourceRequest) applyCreate(r *container.Resources) error {
 	switch {
 	case q.memsw > 0:
 		if mem == 0 {
-			return invalidArgf("memory_swap_limit_in_bytes %d needs memory_limit_in_bytes: Docker limits memory+swap only together with memory", q.memsw)
+			return crirpc.InvalidArgf("memory_swap_limit_in_bytes %d needs memory_limit_in_bytes: Docker limits memory+swap only together with memory", q.memsw)
 		}
 		r.Memory, r.MemorySwap = mem, q.memsw
 	case q.swapSet && q.swap >= 0:
@@ -323,7 +325,7 @@ func (q *resourceRequest) applyUpdate(r *container.Resources, cur *runtimeapi.Li
 		// the limit is the kernel's maximum.
 		switch {
 		case q.memsw > 0:
-			return invalidArgf("memory_swap_limit_in_bytes %d needs a memory limit: Docker limits memory+swap only together with memory", q.memsw)
+			return crirpc.InvalidArgf("memory_swap_limit_in_bytes %d needs a memory limit: Docker limits memory+swap only together with memory", q.memsw)
 		case q.swapSet && q.swap >= 0:
 			return q.setSwap(r, 0)
 		case swapUnlimited:
@@ -339,7 +341,7 @@ func (q *resourceRequest) applyUpdate(r *container.Resources, cur *runtimeapi.Li
 	switch {
 	case q.memsw > 0:
 		if q.memsw < mem {
-			return invalidArgf("memory_swap_limit_in_bytes %d is below the memory limit %d (it counts memory plus swap)", q.memsw, mem)
+			return crirpc.InvalidArgf("memory_swap_limit_in_bytes %d is below the memory limit %d (it counts memory plus swap)", q.memsw, mem)
 		}
 		r.Memory, r.MemorySwap = mem, q.memsw
 	case q.swapSet && q.swap >= 0:
@@ -370,7 +372,7 @@ func (q *resourceRequest) setSwap(r *container.Resources, mem int64) error {
 		return nil
 	}
 	if mem > math.MaxInt64-q.swap {
-		return invalidArgf("memory limit %d plus swap %d overflows", mem, q.swap)
+		return crirpc.InvalidArgf("memory limit %d plus swap %d overflows", mem, q.swap)
 	}
 	r.Memory, r.MemorySwap = mem, mem+q.swap
 	return nil

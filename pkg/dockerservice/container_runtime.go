@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/crilog"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/procutil"
 )
 
@@ -91,7 +92,7 @@ func (ds *DockerService) RuntimeConfig(ctx context.Context, _ *runtimeapi.Runtim
 	case "cgroupfs":
 		d = runtimeapi.CgroupDriver_CGROUPFS
 	default:
-		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("docker reports cgroup driver %q, which the CRI cannot express (want systemd or cgroupfs)", name))
+		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("docker reports cgroup driver %q, which the CRI cannot express (want systemd or cgroupfs)", name))
 	}
 	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: d}}, nil
 }
@@ -105,7 +106,7 @@ func (ds *DockerService) dockerCgroupDriver(ctx context.Context) (string, error)
 	if c.cgroupDriver == "" {
 		info, err := ds.engine.Info(ctx)
 		if err != nil {
-			return "", withCode(codes.Unavailable, fmt.Errorf("asking Docker for its cgroup driver: %w", err))
+			return "", crirpc.WithCode(codes.Unavailable, fmt.Errorf("asking Docker for its cgroup driver: %w", err))
 		}
 		// An engine that names none is asked again next time.
 		c.cgroupDriver = strings.ToLower(info.CgroupDriver)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/crilog"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -24,7 +25,7 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 	}
 	id := rec.ID
 	if st := containerState(rec); st != runtimeapi.ContainerState_CONTAINER_CREATED {
-		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("container %s is %s: only a created container can be started (kubelet creates a new one to restart)", id, st))
+		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("container %s is %s: only a created container can be started (kubelet creates a new one to restart)", id, st))
 	}
 	info := containerInfoOf(rec)
 	t := newStepTimer(ctx, "StartContainer", "containerID", id)
@@ -32,7 +33,7 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 	// it is the commonest reason the follower could not start.
 	if info.logPath != "" {
 		if err := ds.prepareLogFile(info.logPath); err != nil {
-			return nil, withCode(codes.FailedPrecondition, fmt.Errorf("container %s: %w", id, err))
+			return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("container %s: %w", id, err))
 		}
 	}
 
@@ -97,7 +98,7 @@ func (ds *DockerService) mustFindContainer(id string) (*store.Record, error) {
 		return nil, err
 	}
 	if rec == nil {
-		return nil, notFoundf("container %s not found", id)
+		return nil, crirpc.NotFoundf("container %s not found", id)
 	}
 	return rec, nil
 }
@@ -108,7 +109,7 @@ func (ds *DockerService) findContainer(id string) (*store.Record, error) {
 	return ds.resolveContainer(id, func() (*store.Record, error) {
 		rec, err := ds.store().Resolve(id)
 		if err != nil {
-			return nil, invalidArgf("%v", err)
+			return nil, crirpc.InvalidArgf("%v", err)
 		}
 		return rec, nil
 	})
@@ -123,9 +124,9 @@ func (ds *DockerService) lookupContainer(ctx context.Context, id string) (*store
 		var amb store.ErrAmbiguous
 		switch {
 		case errors.As(err, &amb):
-			return nil, invalidArgf("%v", err)
+			return nil, crirpc.InvalidArgf("%v", err)
 		case err != nil:
-			return nil, withCode(codes.Unavailable, err)
+			return nil, crirpc.WithCode(codes.Unavailable, err)
 		}
 		return rec, nil
 	})
@@ -146,7 +147,7 @@ func (ds *DockerService) resolveContainer(id string, resolve func() (*store.Reco
 		return nil, nil
 	}
 	if rec.Kind != store.KindContainer {
-		return nil, notFoundf("%s is a pod sandbox, not a container", id)
+		return nil, crirpc.NotFoundf("%s is a pod sandbox, not a container", id)
 	}
 	return rec, nil
 }

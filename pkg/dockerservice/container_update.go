@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -33,7 +34,7 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 		// kubelet on Linux always sends linux; Windows resources alone
 		// are a request for another kind of node.
 		if r.GetWindows() != nil {
-			return nil, invalidArgf("container %s: the request has only Windows resources, and netshim runs Linux containers", rec.ID)
+			return nil, crirpc.InvalidArgf("container %s: the request has only Windows resources, and netshim runs Linux containers", rec.ID)
 		}
 		klog.FromContext(ctx).V(4).Info("UpdateContainerResources without Linux resources: nothing to change", "containerID", rec.ID)
 		return &runtimeapi.UpdateContainerResourcesResponse{}, nil
@@ -54,7 +55,7 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 	if res.GetOomScoreAdj() != 0 {
 		want := ds.containers.oom.apply(int(res.GetOomScoreAdj()))
 		if int64(want) != cur.GetOomScoreAdj() {
-			return nil, withCode(codes.InvalidArgument, fmt.Errorf("%s: Docker cannot change oom_score_adj of a created container (it is %d, %d was asked); recreate the container", what, cur.GetOomScoreAdj(), want))
+			return nil, crirpc.WithCode(codes.InvalidArgument, fmt.Errorf("%s: Docker cannot change oom_score_adj of a created container (it is %d, %d was asked); recreate the container", what, cur.GetOomScoreAdj(), want))
 		}
 	}
 	q, err := resolveResources(res)

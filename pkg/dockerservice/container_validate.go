@@ -8,6 +8,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
@@ -38,7 +39,7 @@ func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
 	}
 	what := "container " + name
 	if _, err := imageLookupRef(cfg.GetImage().GetImage()); err != nil {
-		return invalidArgf("%s: %v", what, err)
+		return crirpc.InvalidArgf("%s: %v", what, err)
 	}
 	if err := validateLabelSize(what, cfg.GetLabels(), cfg.GetAnnotations()); err != nil {
 		return err
@@ -83,24 +84,24 @@ func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
 func validateProcess(what string, cfg *runtimeapi.ContainerConfig) error {
 	for _, kv := range cfg.GetEnvs() {
 		if strings.ContainsAny(kv.GetKey(), "=\x00") {
-			return invalidArgf("%s: environment variable name %s must not contain '=' or NUL", what, shortQuote(kv.GetKey()))
+			return crirpc.InvalidArgf("%s: environment variable name %s must not contain '=' or NUL", what, shortQuote(kv.GetKey()))
 		}
 		if strings.ContainsRune(string(kv.GetValue()), 0) {
-			return invalidArgf("%s: environment variable %s has a NUL in its value", what, shortQuote(kv.GetKey()))
+			return crirpc.InvalidArgf("%s: environment variable %s has a NUL in its value", what, shortQuote(kv.GetKey()))
 		}
 		if kv.GetKey() == podns.EnvKey {
 			// netshim's OCI wrapper reads it to choose a container's
 			// namespaces (sandbox_netns.go): no pod may set it.
-			return invalidArgf("%s: environment variable %s is reserved for netshim", what, podns.EnvKey)
+			return crirpc.InvalidArgf("%s: environment variable %s is reserved for netshim", what, podns.EnvKey)
 		}
 	}
 	for _, a := range append(append([]string{}, cfg.GetCommand()...), cfg.GetArgs()...) {
 		if strings.ContainsRune(a, 0) {
-			return invalidArgf("%s: command argument %s contains NUL", what, shortQuote(a))
+			return crirpc.InvalidArgf("%s: command argument %s contains NUL", what, shortQuote(a))
 		}
 	}
 	if wd := cfg.GetWorkingDir(); wd != "" && (!filepath.IsAbs(wd) || strings.ContainsRune(wd, 0)) {
-		return invalidArgf("%s: working directory %s must be an absolute path", what, shortQuote(wd))
+		return crirpc.InvalidArgf("%s: working directory %s must be an absolute path", what, shortQuote(wd))
 	}
 	return nil
 }
@@ -111,7 +112,7 @@ func validateProcess(what string, cfg *runtimeapi.ContainerConfig) error {
 func validateMounts(what string, ms []*runtimeapi.Mount) error {
 	for i, m := range ms {
 		if m == nil {
-			return invalidArgf("%s: mount %d is empty", what, i)
+			return crirpc.InvalidArgf("%s: mount %d is empty", what, i)
 		}
 		// image_sub_path is ignored on other mounts: kubelet copies a
 		// volume's subPath there for every mount of a pod that has an
@@ -121,10 +122,10 @@ func validateMounts(what string, ms []*runtimeapi.Mount) error {
 				return err
 			}
 		} else if err := checkHostPath(m.GetHostPath()); err != nil {
-			return invalidArgf("%s: mount %s: host path %s %v", what, shortQuote(m.GetContainerPath()), shortQuote(m.GetHostPath()), err)
+			return crirpc.InvalidArgf("%s: mount %s: host path %s %v", what, shortQuote(m.GetContainerPath()), shortQuote(m.GetHostPath()), err)
 		}
 		if p := m.GetContainerPath(); !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
-			return invalidArgf("%s: mount %s: the container path must be absolute", what, shortQuote(p))
+			return crirpc.InvalidArgf("%s: mount %s: the container path must be absolute", what, shortQuote(p))
 		}
 	}
 	return nil
@@ -135,17 +136,17 @@ func validateMounts(what string, ms []*runtimeapi.Mount) error {
 func validateDevices(what string, ds []*runtimeapi.Device) error {
 	for i, d := range ds {
 		if d == nil {
-			return invalidArgf("%s: device %d is empty", what, i)
+			return crirpc.InvalidArgf("%s: device %d is empty", what, i)
 		}
 		if err := checkHostPath(d.GetHostPath()); err != nil {
-			return invalidArgf("%s: device %s %v", what, shortQuote(d.GetHostPath()), err)
+			return crirpc.InvalidArgf("%s: device %s %v", what, shortQuote(d.GetHostPath()), err)
 		}
 		if p := d.GetContainerPath(); !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
-			return invalidArgf("%s: device %s: the container path %s must be absolute", what, shortQuote(d.GetHostPath()), shortQuote(p))
+			return crirpc.InvalidArgf("%s: device %s: the container path %s must be absolute", what, shortQuote(d.GetHostPath()), shortQuote(p))
 		}
 		perms := d.GetPermissions()
 		if strings.Trim(perms, "rwm") != "" {
-			return invalidArgf("%s: device %s: permissions %s may only hold r, w and m", what, shortQuote(d.GetHostPath()), shortQuote(perms))
+			return crirpc.InvalidArgf("%s: device %s: permissions %s may only hold r, w and m", what, shortQuote(d.GetHostPath()), shortQuote(perms))
 		}
 	}
 	return nil
@@ -205,37 +206,37 @@ func validateResourceRanges(what string, res *runtimeapi.LinuxContainerResources
 	}
 	switch s := res.GetCpuShares(); {
 	case s < 0:
-		return invalidArgf("%s: cpu_shares %d is negative: want 0 (unset) or a weight of 2-%d (kubelet sends 2 for a pod without CPU requests)", what, s, maxCPUShares)
+		return crirpc.InvalidArgf("%s: cpu_shares %d is negative: want 0 (unset) or a weight of 2-%d (kubelet sends 2 for a pod without CPU requests)", what, s, maxCPUShares)
 	case s > maxCPUShares:
-		return invalidArgf("%s: cpu_shares %d is above the kernel's maximum %d", what, s, maxCPUShares)
+		return crirpc.InvalidArgf("%s: cpu_shares %d is above the kernel's maximum %d", what, s, maxCPUShares)
 	}
 	if p := res.GetCpuPeriod(); p != 0 && (p < minCPUPeriod || p > maxCPUPeriod) {
-		return invalidArgf("%s: cpu_period %d is out of range %d-%d (microseconds)", what, p, minCPUPeriod, maxCPUPeriod)
+		return crirpc.InvalidArgf("%s: cpu_period %d is out of range %d-%d (microseconds)", what, p, minCPUPeriod, maxCPUPeriod)
 	}
 	// -1 is the kernel's "no limit" (kubelet sends it when exclusive CPUs
 	// turn the quota off).
 	switch q := res.GetCpuQuota(); {
 	case q < -1 || (q > 0 && q < minCPUQuota):
-		return invalidArgf("%s: cpu_quota %d is invalid: want 0 (unset), -1 (no limit) or at least %d microseconds", what, q, minCPUQuota)
+		return crirpc.InvalidArgf("%s: cpu_quota %d is invalid: want 0 (unset), -1 (no limit) or at least %d microseconds", what, q, minCPUQuota)
 	case q > maxCPUQuota:
-		return invalidArgf("%s: cpu_quota %d is above the kernel's maximum %d microseconds; use -1 for no limit", what, q, maxCPUQuota)
+		return crirpc.InvalidArgf("%s: cpu_quota %d is above the kernel's maximum %d microseconds; use -1 for no limit", what, q, maxCPUQuota)
 	}
 	mem, swap := res.GetMemoryLimitInBytes(), res.GetMemorySwapLimitInBytes()
 	if mem < -1 {
-		return invalidArgf("%s: memory_limit_in_bytes %d is invalid: want 0 (unset), -1 (no limit) or a byte count", what, mem)
+		return crirpc.InvalidArgf("%s: memory_limit_in_bytes %d is invalid: want 0 (unset), -1 (no limit) or a byte count", what, mem)
 	}
 	if swap < -1 {
-		return invalidArgf("%s: memory_swap_limit_in_bytes %d is invalid: want 0 (unset), -1 (no limit) or a byte count", what, swap)
+		return crirpc.InvalidArgf("%s: memory_swap_limit_in_bytes %d is invalid: want 0 (unset), -1 (no limit) or a byte count", what, swap)
 	}
 	if swap > 0 && mem > 0 && swap < mem {
-		return invalidArgf("%s: memory_swap_limit_in_bytes %d is below memory_limit_in_bytes %d (it counts memory plus swap)", what, swap, mem)
+		return crirpc.InvalidArgf("%s: memory_swap_limit_in_bytes %d is below memory_limit_in_bytes %d (it counts memory plus swap)", what, swap, mem)
 	}
 	if o := res.GetOomScoreAdj(); o < -1000 || o > 1000 {
-		return invalidArgf("%s: oom_score_adj %d is out of range -1000-1000", what, o)
+		return crirpc.InvalidArgf("%s: oom_score_adj %d is out of range -1000-1000", what, o)
 	}
 	for _, f := range []struct{ field, v string }{{"cpuset_cpus", res.GetCpusetCpus()}, {"cpuset_mems", res.GetCpusetMems()}} {
 		if !validCPUSet(f.v) {
-			return invalidArgf("%s: %s %s is not a list like 0-3,5", what, f.field, shortQuote(f.v))
+			return crirpc.InvalidArgf("%s: %s %s is not a list like 0-3,5", what, f.field, shortQuote(f.v))
 		}
 	}
 	// A limit is an unsigned byte count; one without a page size names no
@@ -243,7 +244,7 @@ func validateResourceRanges(what string, res *runtimeapi.LinuxContainerResources
 	// "2MB" or "1GB", with a limit of 0 unless the pod asks for hugepages.
 	for i, h := range res.GetHugepageLimits() {
 		if h.GetLimit() != 0 && h.GetPageSize() == "" {
-			return invalidArgf("%s: hugepage_limits[%d]: a limit of %d bytes needs a page_size (such as \"2MB\")", what, i, h.GetLimit())
+			return crirpc.InvalidArgf("%s: hugepage_limits[%d]: a limit of %d bytes needs a page_size (such as \"2MB\")", what, i, h.GetLimit())
 		}
 	}
 	return nil
@@ -281,11 +282,11 @@ func validateAppArmorProfile(what string, p *runtimeapi.SecurityProfile) error {
 	case runtimeapi.SecurityProfile_Localhost:
 		name := strings.TrimPrefix(p.GetLocalhostRef(), "localhost/")
 		if name == "" || hasDotDot(name) || strings.IndexFunc(name, isSpaceOrControl) >= 0 {
-			return invalidArgf("%s: apparmor profile %s: a Localhost profile needs the name of a loaded profile, without white space or '..'", what, shortQuote(p.GetLocalhostRef()))
+			return crirpc.InvalidArgf("%s: apparmor profile %s: a Localhost profile needs the name of a loaded profile, without white space or '..'", what, shortQuote(p.GetLocalhostRef()))
 		}
 		return nil
 	}
-	return invalidArgf("%s: unknown apparmor profile type %d", what, p.GetProfileType())
+	return crirpc.InvalidArgf("%s: unknown apparmor profile type %d", what, p.GetProfileType())
 }
 
 func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 }
@@ -300,7 +301,7 @@ func validateGroupsPolicy(what string, p runtimeapi.SupplementalGroupsPolicy) er
 	case runtimeapi.SupplementalGroupsPolicy_Merge:
 		return nil
 	case runtimeapi.SupplementalGroupsPolicy_Strict:
-		return invalidArgf("%s: supplemental groups policy Strict is not supported by the Docker engine: Docker always adds the groups the image's /etc/group gives the user (Merge); remove supplementalGroupsPolicy: Strict from the pod", what)
+		return crirpc.InvalidArgf("%s: supplemental groups policy Strict is not supported by the Docker engine: Docker always adds the groups the image's /etc/group gives the user (Merge); remove supplementalGroupsPolicy: Strict from the pod", what)
 	}
-	return invalidArgf("%s: unknown supplemental groups policy %d", what, p)
+	return crirpc.InvalidArgf("%s: unknown supplemental groups policy %d", what, p)
 }

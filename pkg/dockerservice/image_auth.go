@@ -7,6 +7,8 @@ import (
 	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/registry"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
 // dockerHubAuthServer is the server address the Docker CLI files Docker
@@ -70,12 +72,12 @@ func decodeBasicAuth(s string) (user, pass string, err error) {
 		// Tolerate unpadded input, as some credential helpers write it.
 		var err2 error
 		if data, err2 = base64.RawStdEncoding.DecodeString(strings.TrimRight(s, "=")); err2 != nil {
-			return "", "", invalidArgf("invalid auth in AuthConfig: not base64: %v", err)
+			return "", "", crirpc.InvalidArgf("invalid auth in AuthConfig: not base64: %v", err)
 		}
 	}
 	user, pass, ok := strings.Cut(string(data), ":")
 	if !ok || user == "" {
-		return "", "", invalidArgf("invalid auth in AuthConfig: want base64 of \"username:password\"")
+		return "", "", crirpc.InvalidArgf("invalid auth in AuthConfig: want base64 of \"username:password\"")
 	}
 	return user, pass, nil
 }

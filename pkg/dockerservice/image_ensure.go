@@ -12,6 +12,8 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
 // ensureImage makes sure ref is present locally, pulling it only when
@@ -80,7 +82,7 @@ func (ds *DockerService) pullImage(ctx context.Context, ref, registryAuth string
 	defer stall.Stop()
 	stalled := func() error {
 		if errors.Is(context.Cause(pctx), errPullStalled) {
-			return withCode(codes.DeadlineExceeded, fmt.Errorf("pulling %s: cancelled after no progress for %s (--image-pull-progress-deadline)", ref, deadline))
+			return crirpc.WithCode(codes.DeadlineExceeded, fmt.Errorf("pulling %s: cancelled after no progress for %s (--image-pull-progress-deadline)", ref, deadline))
 		}
 		return nil
 	}

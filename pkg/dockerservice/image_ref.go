@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/distribution/reference"
+
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
 // Image references, as kubelet and Docker read them.
@@ -35,11 +37,11 @@ func isImageID(s string) bool { return imageIDRE.MatchString(s) }
 // it has neither tag nor digest. Unparsable input is InvalidArgument.
 func normalizeImageName(s string) (reference.Named, error) {
 	if s == "" {
-		return nil, invalidArgf("image spec is empty: an image name or ID is required")
+		return nil, crirpc.InvalidArgf("image spec is empty: an image name or ID is required")
 	}
 	named, err := reference.ParseNormalizedNamed(s)
 	if err != nil {
-		return nil, invalidArgf("invalid image reference %q: %v", s, err)
+		return nil, crirpc.InvalidArgf("invalid image reference %q: %v", s, err)
 	}
 	return reference.TagNameOnly(named), nil
 }
@@ -49,13 +51,13 @@ func normalizeImageName(s string) (reference.Named, error) {
 // normalised.
 func imageLookupRef(spec string) (string, error) {
 	if spec == "" {
-		return "", invalidArgf("image spec is empty: an image name or ID is required")
+		return "", crirpc.InvalidArgf("image spec is empty: an image name or ID is required")
 	}
 	if isImageID(spec) {
 		return spec, nil
 	}
 	if strings.HasPrefix(spec, "sha256:") {
-		return "", invalidArgf("invalid image ID %q: want sha256: followed by up to 64 lowercase hex digits", spec)
+		return "", crirpc.InvalidArgf("invalid image ID %q: want sha256: followed by up to 64 lowercase hex digits", spec)
 	}
 	named, err := normalizeImageName(spec)
 	if err != nil {
@@ -68,7 +70,7 @@ func imageLookupRef(spec string) (string, error) {
 // pull. An image ID cannot be pulled.
 func imagePullRef(spec string) (reference.Named, error) {
 	if strings.HasPrefix(spec, "sha256:") || (len(spec) == 64 && isImageID(spec)) {
-		return nil, invalidArgf("cannot pull image %q: it is an image ID; pull a name (repo[:tag] or repo@digest)", spec)
+		return nil, crirpc.InvalidArgf("cannot pull image %q: it is an image ID; pull a name (repo[:tag] or repo@digest)", spec)
 	}
 	return normalizeImageName(spec)
 }

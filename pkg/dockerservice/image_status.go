@@ -11,6 +11,8 @@ import (
 	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/image"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
 // ImageStatus returns the image a spec names, or no image (not an error)
@@ -197,11 +199,11 @@ func imageMatcher(spec string) (func(id string, tags, digests []string) bool, er
 	if !strings.HasPrefix(spec, "sha256:") {
 		n, err := reference.ParseNormalizedNamed(spec)
 		if err != nil && idPrefix == "" {
-			return nil, invalidArgf("invalid image filter %q: %v", spec, err)
+			return nil, crirpc.InvalidArgf("invalid image filter %q: %v", spec, err)
 		}
 		named = n
 	} else if idPrefix == "" {
-		return nil, invalidArgf("invalid image filter %q: want sha256: followed by up to 64 lowercase hex digits", spec)
+		return nil, crirpc.InvalidArgf("invalid image filter %q: want sha256: followed by up to 64 lowercase hex digits", spec)
 	}
 	return func(id string, tags, digests []string) bool {
 		if idPrefix != "" && strings.HasPrefix(id, idPrefix) {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -243,45 +242,5 @@ func TestStreamRPCsWaitForFirstSync(t *testing.T) {
 	s, err := c.rt.StreamPodSandboxes(context.Background(), &runtimeapi.StreamPodSandboxesRequest{})
 	if _, _, err := collect(t, s, err, (*runtimeapi.StreamPodSandboxesResponse).GetPodSandboxes); status.Code(err) != codes.Unavailable {
 		t.Errorf("StreamPodSandboxes before the first sync: %v, want Unavailable", err)
-	}
-}
-
-// fakeServerStream is a stream whose client has gone or never reads.
-type fakeServerStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s fakeServerStream) Context() context.Context { return s.ctx }
-
-func TestStreamInterceptor(t *testing.T) {
-	info := &grpc.StreamServerInfo{FullMethod: "/runtime.v1.RuntimeService/StreamBoom", IsServerStream: true}
-	ss := fakeServerStream{ctx: context.Background()}
-	cases := []struct {
-		name    string
-		handler grpc.StreamHandler
-		code    codes.Code
-		msg     string
-	}{
-		{"ok", func(any, grpc.ServerStream) error { return nil }, codes.OK, ""},
-		{"panic", func(any, grpc.ServerStream) error { panic("nil map") }, codes.Internal, "StreamBoom panicked"},
-		{"coded error", func(any, grpc.ServerStream) error { return notFoundf("pod sandbox x not found") }, codes.NotFound, "pod sandbox x not found"},
-		{"plain error", func(any, grpc.ServerStream) error { return fmt.Errorf("wrapped: %w", context.DeadlineExceeded) }, codes.DeadlineExceeded, "wrapped"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			err := StreamInterceptor(nil, ss, info, tc.handler)
-			st, ok := status.FromError(err)
-			if !ok || st.Code() != tc.code || !strings.Contains(st.Message(), tc.msg) {
-				t.Errorf("got %v, want %v saying %q", err, tc.code, tc.msg)
-			}
-		})
-	}
-	// A client that went away is not a failure, and still a status.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	err := StreamInterceptor(nil, fakeServerStream{ctx: ctx}, info, func(any, grpc.ServerStream) error { return ctx.Err() })
-	if status.Code(err) != codes.Canceled {
-		t.Errorf("client gone: %v, want Canceled", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/procutil"
@@ -49,9 +50,9 @@ func (ds *DockerService) sandboxNetNS(r *store.Record) (string, error) {
 	case err == nil:
 		return path, nil
 	case errors.Is(err, procutil.ErrNotInContainer):
-		return "", withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running: its infra container's process (pid %d) has exited and the pid now belongs to another process; not using that process's network namespace", r.ID, r.Pid))
+		return "", crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running: its infra container's process (pid %d) has exited and the pid now belongs to another process; not using that process's network namespace", r.ID, r.Pid))
 	case errors.Is(err, procutil.ErrGone):
-		return "", withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running: its infra container's process (pid %d) has exited", r.ID, r.Pid))
+		return "", crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running: its infra container's process (pid %d) has exited", r.ID, r.Pid))
 	}
 	return "", fmt.Errorf("pod sandbox %s: checking its infra container's process (pid %d): %w", r.ID, r.Pid, err)
 }

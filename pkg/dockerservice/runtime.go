@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/version"
 )
@@ -27,7 +28,7 @@ func (ds *DockerService) Version(ctx context.Context, _ *runtimeapi.VersionReque
 	if v == "" {
 		sv, err := ds.engine.ServerVersion(ctx)
 		if err != nil {
-			return nil, withCode(codes.Unavailable, fmt.Errorf("asking Docker for its version: %w", err))
+			return nil, crirpc.WithCode(codes.Unavailable, fmt.Errorf("asking Docker for its version: %w", err))
 		}
 		v = sv.Version
 	}
@@ -116,7 +117,7 @@ func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest
 func (ds *DockerService) requireSynced() error {
 	if !ds.index.Synced() {
 		_, msg := ds.index.Health()
-		return withCode(codes.Unavailable, fmt.Errorf("netshim has not yet read the state of Docker's containers (%s); retry later", msg))
+		return crirpc.WithCode(codes.Unavailable, fmt.Errorf("netshim has not yet read the state of Docker's containers (%s); retry later", msg))
 	}
 	return nil
 }
@@ -128,7 +129,7 @@ func (ds *DockerService) UpdateRuntimeConfig(ctx context.Context, r *runtimeapi.
 		return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
 	}
 	if _, err := network.ParsePodCIDRs(cidr); err != nil {
-		return nil, invalidArgf("%v", err)
+		return nil, crirpc.InvalidArgf("%v", err)
 	}
 	klog.FromContext(ctx).Info("Pod CIDR updated", "podCIDR", cidr)
 	ds.network.Event(network.NetPluginEventPodCIDRChange, map[string]any{network.NetPluginEventPodCIDRKey: cidr})

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
 // RuntimeClass support. A CRI runtime handler is a Docker runtime by name
@@ -438,7 +440,7 @@ func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string
 	// From the cache as it is, reading nothing: the default handler
 	// costs no docker info; Status (kubelet polls it) keeps it fresh.
 	if r := ds.engine.runtimes.snapshot(); r != nil && r.wrapperMisuse != "" {
-		return withCode(codes.FailedPrecondition, errors.New(r.wrapperMisuse))
+		return crirpc.WithCode(codes.FailedPrecondition, errors.New(r.wrapperMisuse))
 	}
 	if handler == "" {
 		return nil
@@ -446,7 +448,7 @@ func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string
 	if handler == OCIWrapperRuntime {
 		// It runs whatever namespaces a container's environment names:
 		// only netshim may choose them (sandbox_netns.go).
-		return invalidArgf("runtime handler %s is netshim's internal OCI runtime wrapper for pinned sandbox namespaces, not a RuntimeClass handler; use \"\" (the default) or another runtime", shortQuote(handler))
+		return crirpc.InvalidArgf("runtime handler %s is netshim's internal OCI runtime wrapper for pinned sandbox namespaces, not a RuntimeClass handler; use \"\" (the default) or another runtime", shortQuote(handler))
 	}
 	if r := ds.engine.runtimes.get(ctx, runtimesReadTimeout); r != nil && r.has(handler) {
 		return nil
@@ -457,7 +459,7 @@ func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string
 		if err == nil {
 			err = ctx.Err()
 		}
-		return withCode(codes.Unavailable, fmt.Errorf("cannot check runtime handler %s: the Docker engine's runtimes are unknown: %w", shortQuote(handler), err))
+		return crirpc.WithCode(codes.Unavailable, fmt.Errorf("cannot check runtime handler %s: the Docker engine's runtimes are unknown: %w", shortQuote(handler), err))
 	}
 	if r.has(handler) {
 		return nil
@@ -466,7 +468,7 @@ func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string
 	if len(r.names) > 0 {
 		known = "runtimes " + strings.Join(r.names, ", ")
 	}
-	return invalidArgf("unknown runtime handler %s: this Docker engine has %s; register one in daemon.json \"runtimes\" (or dockerd --add-runtime)", shortQuote(handler), known)
+	return crirpc.InvalidArgf("unknown runtime handler %s: this Docker engine has %s; register one in daemon.json \"runtimes\" (or dockerd --add-runtime)", shortQuote(handler), known)
 }
 
 // checkRecursiveReadOnlyMounts refuses a recursive read-only mount the
@@ -480,7 +482,7 @@ func (ds *DockerService) checkRecursiveReadOnlyMounts(ctx context.Context, mount
 	}
 	r := ds.engine.runtimes.get(ctx, runtimesReadTimeout)
 	if s, why := r.recursiveReadOnly(handler, apiVersion); s == unsupported {
-		return invalidArgf("mount %s: recursive read-only mounts are not supported with runtime handler %s: %s", mounts[i].GetContainerPath(), shortQuote(handler), why)
+		return crirpc.InvalidArgf("mount %s: recursive read-only mounts are not supported with runtime handler %s: %s", mounts[i].GetContainerPath(), shortQuote(handler), why)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -133,7 +134,7 @@ func (c infraSandboxes) joinSandbox(ctx context.Context, sb *store.Record) (sand
 	j := sandboxJoin{ociKey: c.ds.pins.ociKey}
 	sbc, err := c.ds.engine.ContainerInspect(ctx, sb.ID)
 	if errdefs.IsNotFound(err) {
-		return j, withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its infra container is gone", sb.ID))
+		return j, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its infra container is gone", sb.ID))
 	}
 	if err != nil {
 		return j, fmt.Errorf("inspecting infra container of pod sandbox %s: %w", sb.ID, err)

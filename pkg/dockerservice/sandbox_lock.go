@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -29,9 +30,9 @@ func (ds *DockerService) lockSandbox(ctx context.Context, id string) (ref sandbo
 	if _, err := ds.index.Lookup(ctx, id); err != nil {
 		var amb store.ErrAmbiguous
 		if errors.As(err, &amb) {
-			return ref, false, nil, invalidArgf("%v", err)
+			return ref, false, nil, crirpc.InvalidArgf("%v", err)
 		}
-		return ref, false, nil, withCode(codes.Unavailable, fmt.Errorf("looking up pod sandbox %s: %w", id, err))
+		return ref, false, nil, crirpc.WithCode(codes.Unavailable, fmt.Errorf("looking up pod sandbox %s: %w", id, err))
 	}
 	ref, found, err = ds.lookupSandbox(id)
 	if err != nil || !found {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -172,11 +173,11 @@ func (ds *DockerService) usePinnedNetNS(ctx context.Context, hostNetwork bool, h
 	}
 	// Pinned asked for, wrapper not seen: it may just have been added.
 	if r, _ := ds.engine.runtimes.refresh(ctx); r != nil && r.wrapperMisuse != "" {
-		return false, withCode(codes.FailedPrecondition, errors.New(r.wrapperMisuse))
+		return false, crirpc.WithCode(codes.FailedPrecondition, errors.New(r.wrapperMisuse))
 	} else if r != nil && r.hasWrapper {
 		return true, nil
 	}
-	return false, withCode(codes.FailedPrecondition, fmt.Errorf("--sandbox-netns=%s needs netshim's OCI runtime wrapper registered in the Docker engine as runtime %q (daemon.json \"runtimes\": {%q: {\"path\": \"/usr/bin/netshim-oci\"}}, then SIGHUP dockerd), or run netshim with --sandbox-netns=auto", ds.cfg.SandboxNetNS, OCIWrapperRuntime, OCIWrapperRuntime))
+	return false, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("--sandbox-netns=%s needs netshim's OCI runtime wrapper registered in the Docker engine as runtime %q (daemon.json \"runtimes\": {%q: {\"path\": \"/usr/bin/netshim-oci\"}}, then SIGHUP dockerd), or run netshim with --sandbox-netns=auto", ds.cfg.SandboxNetNS, OCIWrapperRuntime, OCIWrapperRuntime))
 }
 
 // pinnerFor returns the Pinner that owns a pinned file and the key of its
@@ -203,7 +204,7 @@ func (ds *DockerService) pinnerFor(path string) (*podns.Pinner, *podns.Key, bool
 
 // errNoOCIKey: the markers cannot be signed (service.go), so the wrapper
 // would refuse the container.
-var errNoOCIKey = withCode(codes.FailedPrecondition, errors.New("pinned sandbox namespaces need the OCI wrapper's key in --netns-dir, which netshim could not make (see its start-up log)"))
+var errNoOCIKey = crirpc.WithCode(codes.FailedPrecondition, errors.New("pinned sandbox namespaces need the OCI wrapper's key in --netns-dir, which netshim could not make (see its start-up log)"))
 
 // labelNetNS names a sandbox's pinned netns on its infra container: the
 // second record of it, which rebuilds a lost or damaged checkpoint's

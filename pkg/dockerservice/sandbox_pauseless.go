@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -215,7 +216,7 @@ func (ds *DockerService) existingSandboxByName(ctx context.Context, name string,
 			klog.FromContext(ctx).Info("RunPodSandbox for an existing ready sandbox: returning it", "pod", klog.KRef(md.Namespace, md.Name), "attempt", md.Attempt, "podSandboxID", rec.ID)
 			return &runtimeapi.RunPodSandboxResponse{PodSandboxId: rec.ID}, nil, true
 		}
-		return nil, withCode(codes.AlreadyExists, fmt.Errorf("pod sandbox %s attempt %d already exists as %s and is not ready; stop and remove it before running it again", klog.KRef(md.Namespace, md.Name), md.Attempt, rec.ID)), true
+		return nil, crirpc.WithCode(codes.AlreadyExists, fmt.Errorf("pod sandbox %s attempt %d already exists as %s and is not ready; stop and remove it before running it again", klog.KRef(md.Namespace, md.Name), md.Attempt, rec.ID)), true
 	}
 	return nil, nil, false
 }
@@ -390,10 +391,10 @@ func (c pauselessSandboxes) joinSandbox(_ context.Context, sb *store.Record) (sa
 func (ds *DockerService) pauselessOf(sb *store.Record) (*checkpoint.PodSandbox, error) {
 	cp := ds.getCheckpoint(sb.ID)
 	if cp == nil || cp.Pauseless == nil {
-		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its checkpoint is gone", sb.ID))
+		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its checkpoint is gone", sb.ID))
 	}
 	if _, ok := ds.pinnedNetNS(cp); !ok {
-		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its network namespace %s is gone", sb.ID, cp.NetNS))
+		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not ready: its network namespace %s is gone", sb.ID, cp.NetNS))
 	}
 	return cp, nil
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -192,13 +193,13 @@ func (ds *DockerService) existingSandbox(ctx context.Context, name string, md *r
 		return nil, fmt.Errorf("a container named %s exists but cannot be inspected: %w", name, err)
 	}
 	if c.Config == nil || c.Config.Labels[labelType] != typeSandbox {
-		return nil, withCode(codes.AlreadyExists, fmt.Errorf("a container named %s (%s) exists that netshim does not own; remove it first", name, c.ID))
+		return nil, crirpc.WithCode(codes.AlreadyExists, fmt.Errorf("a container named %s (%s) exists that netshim does not own; remove it first", name, c.ID))
 	}
 	if c.State != nil && c.State.Running && ds.sandboxReady(c.ID) {
 		klog.FromContext(ctx).Info("RunPodSandbox for an existing ready sandbox: returning it", "pod", klog.KRef(md.Namespace, md.Name), "attempt", md.Attempt, "podSandboxID", c.ID)
 		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: c.ID}, nil
 	}
-	return nil, withCode(codes.AlreadyExists, fmt.Errorf("pod sandbox %s attempt %d already exists as %s and is not ready; stop and remove it before running it again", klog.KRef(md.Namespace, md.Name), md.Attempt, c.ID))
+	return nil, crirpc.WithCode(codes.AlreadyExists, fmt.Errorf("pod sandbox %s attempt %d already exists as %s and is not ready; stop and remove it before running it again", klog.KRef(md.Namespace, md.Name), md.Attempt, c.ID))
 }
 
 // reserveName refuses a second concurrent RunPodSandbox for the same pod
@@ -206,7 +207,7 @@ func (ds *DockerService) existingSandbox(ctx context.Context, name string, md *r
 func (ds *DockerService) reserveName(name string) (func(), error) {
 	release, ok := ds.pods.Reserve(name)
 	if !ok {
-		return nil, withCode(codes.Aborted, fmt.Errorf("pod sandbox %s is already being created; retry later", name))
+		return nil, crirpc.WithCode(codes.Aborted, fmt.Errorf("pod sandbox %s is already being created; retry later", name))
 	}
 	return release, nil
 }
@@ -300,7 +301,7 @@ func seccompSecurityOpt(p *runtimeapi.SecurityProfile) ([]string, error) {
 	case runtimeapi.SecurityProfile_Localhost:
 		data, err := readSeccompProfile(p.GetLocalhostRef())
 		if err != nil {
-			return nil, invalidArgf("reading seccomp profile %q: %v", p.GetLocalhostRef(), err)
+			return nil, crirpc.InvalidArgf("reading seccomp profile %q: %v", p.GetLocalhostRef(), err)
 		}
 		return []string{"seccomp=" + string(data)}, nil
 	default:

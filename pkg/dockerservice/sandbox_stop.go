@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -34,11 +35,11 @@ func (ds *DockerService) lookupSandbox(id string) (ref sandboxRef, found bool, e
 	ref.id = id
 	rec, err := ds.store().Resolve(id)
 	if err != nil {
-		return ref, false, invalidArgf("%v", err)
+		return ref, false, crirpc.InvalidArgf("%v", err)
 	}
 	if rec != nil {
 		if rec.Kind != store.KindSandbox {
-			return ref, false, notFoundf("%s is a container, not a pod sandbox", id)
+			return ref, false, crirpc.NotFoundf("%s is a container, not a pod sandbox", id)
 		}
 		ref.id, ref.rec = rec.ID, rec
 	}
@@ -63,7 +64,7 @@ func (ds *DockerService) mustFindSandbox(id string) (sandboxRef, error) {
 		return ref, err
 	}
 	if !found {
-		return ref, notFoundf("pod sandbox %s not found", id)
+		return ref, crirpc.NotFoundf("pod sandbox %s not found", id)
 	}
 	return ref, nil
 }

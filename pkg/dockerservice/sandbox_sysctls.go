@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
@@ -61,13 +62,13 @@ func (ds *DockerService) writePodSysctls(cfg *runtimeapi.PodSandboxConfig, paths
 	}
 	switch {
 	case errors.Is(se.Err, fs.ErrNotExist) && se.Kind == podns.Net:
-		return withCode(codes.InvalidArgument, fmt.Errorf("pod %s: sysctl %s does not exist in the pod's network namespace before its network is set up, when netshim sets it: the kernel has no such setting in a pod's network namespace, or it names an interface the CNI plugin makes later (set net.ipv4.conf.default.* or net.ipv6.conf.default.* instead, or use the CNI tuning plugin): %w", pod, se.Name, err))
+		return crirpc.WithCode(codes.InvalidArgument, fmt.Errorf("pod %s: sysctl %s does not exist in the pod's network namespace before its network is set up, when netshim sets it: the kernel has no such setting in a pod's network namespace, or it names an interface the CNI plugin makes later (set net.ipv4.conf.default.* or net.ipv6.conf.default.* instead, or use the CNI tuning plugin): %w", pod, se.Name, err))
 	case errors.Is(se.Err, fs.ErrNotExist):
-		return withCode(codes.InvalidArgument, fmt.Errorf("pod %s: sysctl %s does not exist in the pod's %s namespace: the kernel has no such setting: %w", pod, se.Name, se.Kind, err))
+		return crirpc.WithCode(codes.InvalidArgument, fmt.Errorf("pod %s: sysctl %s does not exist in the pod's %s namespace: the kernel has no such setting: %w", pod, se.Name, se.Kind, err))
 	case errors.Is(se.Err, syscall.EINVAL), errors.Is(se.Err, syscall.ERANGE):
-		return withCode(codes.InvalidArgument, fmt.Errorf("pod %s: the kernel refuses value %s for sysctl %s: %w", pod, shortQuote(se.Value), se.Name, err))
+		return crirpc.WithCode(codes.InvalidArgument, fmt.Errorf("pod %s: the kernel refuses value %s for sysctl %s: %w", pod, shortQuote(se.Value), se.Name, err))
 	case errors.Is(se.Err, fs.ErrPermission):
-		return withCode(codes.InvalidArgument, fmt.Errorf("pod %s: sysctl %s is read-only in a pod's %s namespace: %w", pod, se.Name, se.Kind, err))
+		return crirpc.WithCode(codes.InvalidArgument, fmt.Errorf("pod %s: sysctl %s is read-only in a pod's %s namespace: %w", pod, se.Name, se.Kind, err))
 	}
 	return fmt.Errorf("pod %s: %w", pod, err)
 }

@@ -14,6 +14,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -49,11 +50,11 @@ const (
 // otherwise fail halfway or produce a pod nobody can address.
 func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	if cfg == nil {
-		return invalidArgf("pod sandbox config is required")
+		return crirpc.InvalidArgf("pod sandbox config is required")
 	}
 	md := cfg.GetMetadata()
 	if md == nil {
-		return invalidArgf("pod sandbox config: metadata is required")
+		return crirpc.InvalidArgf("pod sandbox config: metadata is required")
 	}
 	for _, f := range []struct{ field, v string }{{"name", md.Name}, {"namespace", md.Namespace}, {"uid", md.Uid}} {
 		if err := validateNamePart("pod sandbox metadata: "+f.field, f.v); err != nil {
@@ -73,7 +74,7 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 		return err
 	}
 	if _, _, err := network.ExtractPodBandwidth(cfg.GetAnnotations()); err != nil {
-		return invalidArgf("%v", err)
+		return crirpc.InvalidArgf("%v", err)
 	}
 	if err := validateDNSConfig(cfg.GetDnsConfig()); err != nil {
 		return err
@@ -97,13 +98,13 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 		return err
 	}
 	if ns.GetNetwork() == runtimeapi.NamespaceMode_CONTAINER || ns.GetNetwork() == runtimeapi.NamespaceMode_TARGET {
-		return invalidArgf("network namespace mode %s is not supported for a pod sandbox", ns.GetNetwork())
+		return crirpc.InvalidArgf("network namespace mode %s is not supported for a pod sandbox", ns.GetNetwork())
 	}
 	// A nil UsernsOptions reads as mode POD (the enum's zero): only an
 	// explicit POD asks for a user namespace, which Docker cannot give a
 	// pod; ignoring it would run the pod with the node's user IDs.
 	if u := ns.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
-		return invalidArgf("pod sandbox: user namespaces are not supported: Docker has no per-pod user namespace (set hostUsers: true)")
+		return crirpc.InvalidArgf("pod sandbox: user namespaces are not supported: Docker has no per-pod user namespace (set hostUsers: true)")
 	}
 	if err := validateSysctls(linux.GetSysctls(), ns); err != nil {
 		return err
@@ -140,13 +141,13 @@ func validateLogDirectory(dir string) error {
 	case dir == "":
 		return nil
 	case strings.ContainsRune(dir, 0):
-		return invalidArgf("pod sandbox log_directory %s contains a NUL byte", shortQuote(dir))
+		return crirpc.InvalidArgf("pod sandbox log_directory %s contains a NUL byte", shortQuote(dir))
 	case !filepath.IsAbs(dir):
-		return invalidArgf("pod sandbox log_directory %s must be an absolute path without '..' (kubelet sends /var/log/pods/<namespace>_<name>_<uid>)", shortQuote(dir))
+		return crirpc.InvalidArgf("pod sandbox log_directory %s must be an absolute path without '..' (kubelet sends /var/log/pods/<namespace>_<name>_<uid>)", shortQuote(dir))
 	case hasDotDot(dir):
-		return invalidArgf("pod sandbox log_directory %s must not contain a \"..\" component: the pod's log files must stay under it", shortQuote(dir))
+		return crirpc.InvalidArgf("pod sandbox log_directory %s must not contain a \"..\" component: the pod's log files must stay under it", shortQuote(dir))
 	case filepath.Clean(dir) != dir:
-		return invalidArgf("pod sandbox log_directory %s is not a clean path: write it as %s", shortQuote(dir), shortQuote(filepath.Clean(dir)))
+		return crirpc.InvalidArgf("pod sandbox log_directory %s is not a clean path: write it as %s", shortQuote(dir), shortQuote(filepath.Clean(dir)))
 	}
 	return nil
 }
@@ -164,13 +165,13 @@ func validateLogDirectory(dir string) error {
 func validateID(kind, field, id string) error {
 	switch {
 	case id == "":
-		return invalidArgf("%s ID is required: %s is empty", kind, field)
+		return crirpc.InvalidArgf("%s ID is required: %s is empty", kind, field)
 	case strings.TrimSpace(id) == "":
-		return invalidArgf("%s ID is required: %s %s is only white space", kind, field, shortQuote(id))
+		return crirpc.InvalidArgf("%s ID is required: %s %s is only white space", kind, field, shortQuote(id))
 	}
 	for i, c := range id {
 		if !isAlnum(c) && (i == 0 || c != '_' && c != '.' && c != '-') {
-			return invalidArgf("%s %s is not a %s ID: want the hex ID netshim returned (or a unique prefix of it)", field, shortQuote(id), kind)
+			return crirpc.InvalidArgf("%s %s is not a %s ID: want the hex ID netshim returned (or a unique prefix of it)", field, shortQuote(id), kind)
 		}
 	}
 	return nil
@@ -185,26 +186,26 @@ func validatePortMappings(pms []*runtimeapi.PortMapping) error {
 	seen := map[portKey]int{}
 	for i, pm := range pms {
 		if pm == nil {
-			return invalidArgf("port mapping %d is empty", i)
+			return crirpc.InvalidArgf("port mapping %d is empty", i)
 		}
 		if pm.ContainerPort <= 0 || pm.ContainerPort > 65535 {
-			return invalidArgf("port mapping %d: container port %d is out of range 1-65535", i, pm.ContainerPort)
+			return crirpc.InvalidArgf("port mapping %d: container port %d is out of range 1-65535", i, pm.ContainerPort)
 		}
 		if pm.HostPort < 0 || pm.HostPort > 65535 {
-			return invalidArgf("port mapping %d: host port %d is out of range 0-65535", i, pm.HostPort)
+			return crirpc.InvalidArgf("port mapping %d: host port %d is out of range 0-65535", i, pm.HostPort)
 		}
 		if _, ok := runtimeapi.Protocol_name[int32(pm.Protocol)]; !ok {
-			return invalidArgf("port mapping %d: unknown protocol %d (want TCP, UDP or SCTP)", i, pm.Protocol)
+			return crirpc.InvalidArgf("port mapping %d: unknown protocol %d (want TCP, UDP or SCTP)", i, pm.Protocol)
 		}
 		if pm.HostIp != "" && net.ParseIP(pm.HostIp) == nil {
-			return invalidArgf("port mapping %d: host IP %s is not an IP address", i, shortQuote(pm.HostIp))
+			return crirpc.InvalidArgf("port mapping %d: host IP %s is not an IP address", i, shortQuote(pm.HostIp))
 		}
 		if pm.HostPort == 0 {
 			continue
 		}
 		k := portKey{pm.Protocol, pm.HostIp, pm.HostPort}
 		if j, dup := seen[k]; dup {
-			return invalidArgf("port mappings %d and %d both claim host port %s/%d", j, i, pm.Protocol, pm.HostPort)
+			return crirpc.InvalidArgf("port mappings %d and %d both claim host port %s/%d", j, i, pm.Protocol, pm.HostPort)
 		}
 		seen[k] = i
 	}
@@ -216,14 +217,14 @@ func validatePortMappings(pms []*runtimeapi.PortMapping) error {
 // but only when the container is created, after the image is pulled.
 func validateNamePart(field, v string) error {
 	if v == "" {
-		return invalidArgf("%s is required", field)
+		return crirpc.InvalidArgf("%s is required", field)
 	}
 	if len(v) > maxNameLen {
-		return invalidArgf("%s %s is %d characters long; at most %d are allowed", field, shortQuote(v), len(v), maxNameLen)
+		return crirpc.InvalidArgf("%s %s is %d characters long; at most %d are allowed", field, shortQuote(v), len(v), maxNameLen)
 	}
 	for _, c := range v {
 		if !isAlnum(c) && c != '_' && c != '.' && c != '-' {
-			return invalidArgf("%s %s contains %q: only letters, digits, '_', '.' and '-' are allowed (Docker container names)", field, shortQuote(v), c)
+			return crirpc.InvalidArgf("%s %s contains %q: only letters, digits, '_', '.' and '-' are allowed (Docker container names)", field, shortQuote(v), c)
 		}
 	}
 	return nil
@@ -240,11 +241,11 @@ func validateHostname(h string) error {
 		return nil
 	}
 	if len(h) > maxHostnameLen {
-		return invalidArgf("hostname %s is %d characters long; at most %d are allowed", shortQuote(h), len(h), maxHostnameLen)
+		return crirpc.InvalidArgf("hostname %s is %d characters long; at most %d are allowed", shortQuote(h), len(h), maxHostnameLen)
 	}
 	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
 		if !isRFC1123Label(label) {
-			return invalidArgf("hostname %s is not a valid RFC 1123 hostname: each dot-separated part must be 1-63 letters, digits or '-', and not start or end with '-'", shortQuote(h))
+			return crirpc.InvalidArgf("hostname %s is not a valid RFC 1123 hostname: each dot-separated part must be 1-63 letters, digits or '-', and not start or end with '-'", shortQuote(h))
 		}
 	}
 	return nil
@@ -276,7 +277,7 @@ func validateLabelSize(what string, labels, annotations map[string]string) error
 		n += len(k) + len(v)
 	}
 	if n > maxLabelBytes {
-		return invalidArgf("%s labels and annotations take %d bytes; at most %d are allowed", what, n, maxLabelBytes)
+		return crirpc.InvalidArgf("%s labels and annotations take %d bytes; at most %d are allowed", what, n, maxLabelBytes)
 	}
 	return nil
 }
@@ -286,7 +287,7 @@ func validateLabelSize(what string, labels, annotations map[string]string) error
 func validateDNSConfig(dns *runtimeapi.DNSConfig) error {
 	for _, s := range dns.GetServers() {
 		if net.ParseIP(s) == nil {
-			return invalidArgf("dns config: server %s is not an IP address", shortQuote(s))
+			return crirpc.InvalidArgf("dns config: server %s is not an IP address", shortQuote(s))
 		}
 	}
 	for _, f := range []struct {
@@ -295,7 +296,7 @@ func validateDNSConfig(dns *runtimeapi.DNSConfig) error {
 	}{{"search domain", dns.GetSearches()}, {"option", dns.GetOptions()}} {
 		for _, v := range f.vs {
 			if v == "" || strings.IndexFunc(v, unicode.IsSpace) >= 0 || strings.ContainsRune(v, 0) {
-				return invalidArgf("dns config: %s %s must be non-empty without white space", f.field, shortQuote(v))
+				return crirpc.InvalidArgf("dns config: %s %s must be non-empty without white space", f.field, shortQuote(v))
 			}
 		}
 	}
@@ -306,7 +307,7 @@ func validateDNSConfig(dns *runtimeapi.DNSConfig) error {
 // cgroup hierarchy kubelet manages.
 func validateCgroupParent(p string) error {
 	if hasDotDot(p) || strings.ContainsRune(p, 0) {
-		return invalidArgf("cgroup parent %s must not contain '..' or NUL", shortQuote(p))
+		return crirpc.InvalidArgf("cgroup parent %s must not contain '..' or NUL", shortQuote(p))
 	}
 	return nil
 }
@@ -318,7 +319,7 @@ func validateNamespaceModes(what string, ns *runtimeapi.NamespaceOption) error {
 		mode runtimeapi.NamespaceMode
 	}{{"network", ns.GetNetwork()}, {"pid", ns.GetPid()}, {"ipc", ns.GetIpc()}} {
 		if _, ok := runtimeapi.NamespaceMode_name[int32(m.mode)]; !ok {
-			return invalidArgf("%s: unknown %s namespace mode %d", what, m.kind, m.mode)
+			return crirpc.InvalidArgf("%s: unknown %s namespace mode %d", what, m.kind, m.mode)
 		}
 	}
 	return nil
@@ -328,14 +329,14 @@ func validateNamespaceModes(what string, ns *runtimeapi.NamespaceOption) error {
 // names and fails on only when the container starts.
 func validateIDs(what string, uid, gid *runtimeapi.Int64Value, groups []int64) error {
 	if uid != nil && uid.GetValue() < 0 {
-		return invalidArgf("%s: run_as_user %d is negative", what, uid.GetValue())
+		return crirpc.InvalidArgf("%s: run_as_user %d is negative", what, uid.GetValue())
 	}
 	if gid != nil && gid.GetValue() < 0 {
-		return invalidArgf("%s: run_as_group %d is negative", what, gid.GetValue())
+		return crirpc.InvalidArgf("%s: run_as_group %d is negative", what, gid.GetValue())
 	}
 	for _, g := range groups {
 		if g < 0 {
-			return invalidArgf("%s: supplemental group %d is negative", what, g)
+			return crirpc.InvalidArgf("%s: supplemental group %d is negative", what, g)
 		}
 	}
 	return nil
@@ -353,26 +354,26 @@ func validateSysctls(sysctls map[string]string, ns *runtimeapi.NamespaceOption) 
 	for _, name := range names {
 		parts, ok := podns.SplitSysctl(name)
 		if !ok {
-			return invalidArgf("sysctl %s is not a valid sysctl name", shortQuote(name))
+			return crirpc.InvalidArgf("sysctl %s is not a valid sysctl name", shortQuote(name))
 		}
 		if v := sysctls[name]; strings.ContainsAny(v, "\x00\n") {
-			return invalidArgf("sysctl %s: value %s must be one line without NUL", name, shortQuote(v))
+			return crirpc.InvalidArgf("sysctl %s: value %s must be one line without NUL", name, shortQuote(v))
 		}
 		// Only namespaced sysctls can be set for a pod: runc refuses any
 		// other at start, since it would change the whole node.
 		switch podns.SysctlKind(parts) {
 		case podns.Net:
 			if ns.GetNetwork() == runtimeapi.NamespaceMode_NODE {
-				return invalidArgf("sysctl %s cannot be set for a pod on the host network: it would change the node's network settings", name)
+				return crirpc.InvalidArgf("sysctl %s cannot be set for a pod on the host network: it would change the node's network settings", name)
 			}
 		case podns.IPC:
 			if ns.GetIpc() == runtimeapi.NamespaceMode_NODE {
-				return invalidArgf("sysctl %s cannot be set for a pod in the host IPC namespace: it would change the node's IPC limits", name)
+				return crirpc.InvalidArgf("sysctl %s cannot be set for a pod in the host IPC namespace: it would change the node's IPC limits", name)
 			}
 		case podns.UTS:
-			return invalidArgf("sysctl %s cannot be set: use the pod's hostname instead", name)
+			return crirpc.InvalidArgf("sysctl %s cannot be set: use the pod's hostname instead", name)
 		default:
-			return invalidArgf("sysctl %s is not namespaced: it would change the whole node, and runc refuses it; only kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.* and net.* can be set for a pod", name)
+			return crirpc.InvalidArgf("sysctl %s is not namespaced: it would change the whole node, and runc refuses it; only kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.* and net.* can be set for a pod", name)
 		}
 	}
 	return nil
@@ -388,12 +389,12 @@ func validateSeccompProfile(what string, p *runtimeapi.SecurityProfile) error {
 	case runtimeapi.SecurityProfile_Localhost:
 		return checkLocalhostProfilePath(p.GetLocalhostRef())
 	}
-	return invalidArgf("%s: unknown seccomp profile type %d", what, p.GetProfileType())
+	return crirpc.InvalidArgf("%s: unknown seccomp profile type %d", what, p.GetProfileType())
 }
 
 func checkLocalhostProfilePath(ref string) error {
 	if !filepath.IsAbs(ref) || hasDotDot(ref) || strings.ContainsRune(ref, 0) {
-		return invalidArgf("seccomp profile %s: a Localhost profile must be an absolute path without '..'", shortQuote(ref))
+		return crirpc.InvalidArgf("seccomp profile %s: a Localhost profile must be an absolute path without '..'", shortQuote(ref))
 	}
 	return nil
 }

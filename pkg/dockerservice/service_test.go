@@ -20,6 +20,7 @@ import (
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -212,10 +213,7 @@ func (e *testEnv) run(t *testing.T, cfg *runtimeapi.PodSandboxConfig) string {
 	return resp.PodSandboxId
 }
 
-func codeOf(err error) codes.Code {
-	st, _ := status.FromError(toStatus(err))
-	return st.Code()
-}
+func codeOf(err error) codes.Code { return crirpc.Code(err) }
 
 func TestRunPodSandboxCreatesConfiguredSandbox(t *testing.T) {
 	e := newTestEnv(t, func(c *Config) { floor := 0; c.OOMScoreAdjFloor = &floor })
@@ -740,7 +738,7 @@ func TestReadsWaitForFirstSync(t *testing.T) {
 }
 
 func TestInterceptorRecoversPanics(t *testing.T) {
-	_, err := UnaryInterceptor(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/runtime.v1.RuntimeService/Boom"},
+	_, err := crirpc.UnaryInterceptor(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/runtime.v1.RuntimeService/Boom"},
 		func(context.Context, any) (any, error) { panic("nil map") })
 	if st, _ := status.FromError(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "Boom") {
 		t.Errorf("panic became %v, want Internal naming the method", err)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -30,7 +31,7 @@ func (ds *DockerService) SetStreamingServer(s StreamingServer) { ds.streaming = 
 // Exec returns the URL of a streaming exec session in a running container.
 func (ds *DockerService) Exec(_ context.Context, r *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error) {
 	if len(r.GetCmd()) == 0 {
-		return nil, invalidArgf("exec in container %s: cmd is required", r.GetContainerId())
+		return nil, crirpc.InvalidArgf("exec in container %s: cmd is required", r.GetContainerId())
 	}
 	if err := checkStdio(r.GetStdin(), r.GetStdout(), r.GetStderr(), r.GetTty()); err != nil {
 		return nil, err
@@ -78,7 +79,7 @@ func (ds *DockerService) PortForward(_ context.Context, r *runtimeapi.PortForwar
 	}
 	for _, p := range r.GetPort() {
 		if p <= 0 || p > 65535 {
-			return nil, invalidArgf("port-forward to pod sandbox %s: invalid port %d", id, p)
+			return nil, crirpc.InvalidArgf("port-forward to pod sandbox %s: invalid port %d", id, p)
 		}
 	}
 	if err := ds.requireSynced(); err != nil {
@@ -86,16 +87,16 @@ func (ds *DockerService) PortForward(_ context.Context, r *runtimeapi.PortForwar
 	}
 	rec, err := ds.store().Resolve(id)
 	if err != nil {
-		return nil, invalidArgf("port-forward: %v", err)
+		return nil, crirpc.InvalidArgf("port-forward: %v", err)
 	}
 	if rec == nil {
-		return nil, notFoundf("port-forward: pod sandbox %s not found", id)
+		return nil, crirpc.NotFoundf("port-forward: pod sandbox %s not found", id)
 	}
 	if rec.Kind != store.KindSandbox {
-		return nil, notFoundf("port-forward: %s is a container, not a pod sandbox", id)
+		return nil, crirpc.NotFoundf("port-forward: %s is a container, not a pod sandbox", id)
 	}
 	if st := ds.sandboxState(rec.ID, rec.Running()); st != runtimeapi.PodSandboxState_SANDBOX_READY {
-		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("port-forward: pod sandbox %s is not ready (its infra container is %s)", rec.ID, stateWord(rec)))
+		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("port-forward: pod sandbox %s is not ready (its infra container is %s)", rec.ID, stateWord(rec)))
 	}
 	srv, err := ds.streamingServer()
 	if err != nil {
@@ -113,7 +114,7 @@ func (ds *DockerService) PortForward(_ context.Context, r *runtimeapi.PortForwar
 func (ds *DockerService) PodNetNS(_ context.Context, sandboxID string) (string, error) {
 	rec, ok := ds.store().Get(sandboxID)
 	if !ok || rec.Kind != store.KindSandbox {
-		return "", notFoundf("pod sandbox %s not found", sandboxID)
+		return "", crirpc.NotFoundf("pod sandbox %s not found", sandboxID)
 	}
 	if !rec.Running() {
 		return "", errSandboxNotRunning(sandboxID)
@@ -122,7 +123,7 @@ func (ds *DockerService) PodNetNS(_ context.Context, sandboxID string) (string, 
 }
 
 func errSandboxNotRunning(id string) error {
-	return withCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running", id))
+	return crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("pod sandbox %s is not running", id))
 }
 
 // runningContainerForStream finds a workload container by ID or unique
@@ -136,16 +137,16 @@ func (ds *DockerService) runningContainerForStream(what, id string) (*store.Reco
 	}
 	rec, err := ds.store().Resolve(id)
 	if err != nil {
-		return nil, invalidArgf("%s container: %v", what, err)
+		return nil, crirpc.InvalidArgf("%s container: %v", what, err)
 	}
 	if rec == nil {
-		return nil, notFoundf("%s container: container %s not found", what, id)
+		return nil, crirpc.NotFoundf("%s container: container %s not found", what, id)
 	}
 	if rec.Kind != store.KindContainer {
-		return nil, notFoundf("%s container: %s is a pod sandbox, not a container", what, id)
+		return nil, crirpc.NotFoundf("%s container: %s is a pod sandbox, not a container", what, id)
 	}
 	if !rec.Running() {
-		return nil, withCode(codes.FailedPrecondition, fmt.Errorf("%s container %s: container is not running (%s)", what, rec.ID, stateWord(rec)))
+		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("%s container %s: container is not running (%s)", what, rec.ID, stateWord(rec)))
 	}
 	return rec, nil
 }
@@ -153,17 +154,17 @@ func (ds *DockerService) runningContainerForStream(what, id string) (*store.Reco
 // checkStdio applies the CRI's rules on the requested streams.
 func checkStdio(stdin, stdout, stderr, tty bool) error {
 	if !stdin && !stdout && !stderr {
-		return invalidArgf("one of stdin, stdout and stderr must be requested")
+		return crirpc.InvalidArgf("one of stdin, stdout and stderr must be requested")
 	}
 	if tty && stderr {
-		return invalidArgf("tty and stderr cannot both be requested: a terminal has a single output stream")
+		return crirpc.InvalidArgf("tty and stderr cannot both be requested: a terminal has a single output stream")
 	}
 	return nil
 }
 
 func (ds *DockerService) streamingServer() (StreamingServer, error) {
 	if ds.streaming == nil {
-		return nil, withCode(codes.Unavailable, errors.New("netshim's streaming server is not running"))
+		return nil, crirpc.WithCode(codes.Unavailable, errors.New("netshim's streaming server is not running"))
 	}
 	return ds.streaming, nil
 }

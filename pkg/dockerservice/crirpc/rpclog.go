@@ -1,4 +1,4 @@
-package dockerservice
+package crirpc
 
 import (
 	"context"

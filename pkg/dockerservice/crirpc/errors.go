@@ -1,4 +1,4 @@
-package dockerservice
+package crirpc
 
 import (
 	"context"
@@ -23,24 +23,27 @@ type codedError struct {
 func (e *codedError) Error() string { return e.err.Error() }
 func (e *codedError) Unwrap() error { return e.err }
 
-func withCode(code codes.Code, err error) error {
+func WithCode(code codes.Code, err error) error {
 	if err == nil {
 		return nil
 	}
 	return &codedError{code: code, err: err}
 }
 
-func invalidArgf(format string, args ...any) error {
-	return withCode(codes.InvalidArgument, fmt.Errorf(format, args...))
+func InvalidArgf(format string, args ...any) error {
+	return WithCode(codes.InvalidArgument, fmt.Errorf(format, args...))
 }
 
-func notFoundf(format string, args ...any) error {
-	return withCode(codes.NotFound, fmt.Errorf(format, args...))
+func NotFoundf(format string, args ...any) error {
+	return WithCode(codes.NotFound, fmt.Errorf(format, args...))
 }
 
-// toStatus maps an error to a gRPC status. Order matters: an explicit code
+// Code is the gRPC code err becomes at the boundary (ToStatus).
+func Code(err error) codes.Code { return status.Code(ToStatus(err)) }
+
+// ToStatus maps an error to a gRPC status. Order matters: an explicit code
 // wins over what the wrapped Docker error says.
-func toStatus(err error) error {
+func ToStatus(err error) error {
 	if err == nil {
 		return nil
 	}

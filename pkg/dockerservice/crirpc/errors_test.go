@@ -1,4 +1,4 @@
-package dockerservice
+package crirpc
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func TestToStatusCodes(t *testing.T) {
 		err  error
 		want codes.Code
 	}{
-		{"explicit code wins", withCode(codes.FailedPrecondition, errdefs.ErrNotFound), codes.FailedPrecondition},
+		{"explicit code wins", WithCode(codes.FailedPrecondition, errdefs.ErrNotFound), codes.FailedPrecondition},
 		{"deadline", fmt.Errorf("cni: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{"cancelled", fmt.Errorf("x: %w", context.Canceled), codes.Canceled},
 		{"disk full", fmt.Errorf("writing checkpoint: %w", &fs.PathError{Op: "open", Path: "/x", Err: syscall.ENOSPC}), codes.ResourceExhausted},
@@ -41,7 +41,7 @@ func TestToStatusCodes(t *testing.T) {
 		{"anything else", errors.New("boom"), codes.Unknown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := codeOf(tc.err); got != tc.want {
+			if got := Code(tc.err); got != tc.want {
 				t.Errorf("code = %v, want %v", got, tc.want)
 			}
 		})

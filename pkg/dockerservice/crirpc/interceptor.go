@@ -1,4 +1,4 @@
-package dockerservice
+package crirpc
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	start := time.Now()
 	resp, err := callRecovering(ctx, logger, req, method, handler)
 	if err != nil {
-		err = toStatus(err)
+		err = ToStatus(err)
 		st, _ := status.FromError(err)
 		logger.Error(err, "RPC failed", "code", st.Code().String(), "duration", time.Since(start))
 		return resp, err
@@ -79,7 +79,7 @@ func StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 		logger.V(verbosity).Info("RPC", "duration", time.Since(start))
 		return nil
 	}
-	err = toStatus(err)
+	err = ToStatus(err)
 	st, _ := status.FromError(err)
 	if st.Code() == codes.Canceled && ss.Context().Err() != nil {
 		logger.V(verbosity).Info("RPC ended by the client", "duration", time.Since(start))
