@@ -255,10 +255,15 @@ func (s *Store) SetIssue(id string, issue Issue) {
 	s.changed()
 }
 
-// Issues returns a copy of the load issues, by sandbox ID.
+// Issues returns a copy of the load issues, by sandbox ID; nil when there
+// are none, the usual case, so that Status (which kubelet polls) costs no
+// allocation.
 func (s *Store) Issues() map[string]Issue {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.issues) == 0 {
+		return nil
+	}
 	return maps.Clone(s.issues)
 }
 

@@ -302,3 +302,10 @@ func TestLoadFailsOnlyWhenTheDirectoryCannotBeListed(t *testing.T) {
 		t.Errorf("Load of an unlistable directory: %v, want an error", err)
 	}
 }
+
+func TestNoIssuesCostNoAllocation(t *testing.T) {
+	s, _ := newStore(t)
+	if got := testing.AllocsPerRun(100, func() { _ = s.Issues() }); got != 0 {
+		t.Errorf("Issues with none allocates %v times: Status calls it on every poll", got)
+	}
+}
