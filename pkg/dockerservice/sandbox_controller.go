@@ -99,8 +99,11 @@ type sandboxRequest struct {
 	timer        *stepTimer
 }
 
-func (r *sandboxRequest) hostNetwork() bool {
-	return r.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
+func (r *sandboxRequest) hostNetwork() bool { return podHostNetwork(r.cfg) }
+
+// podHostNetwork says whether the pod uses the node's network.
+func podHostNetwork(cfg *runtimeapi.PodSandboxConfig) bool {
+	return cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 }
 
 // chooseSandboxController decides how a new sandbox is made: pause-less
@@ -108,8 +111,7 @@ func (r *sandboxRequest) hostNetwork() bool {
 // (canBePauseless), pinned when usePinnedNetNS says so, else docker. The
 // one place a new pod's mode is decided.
 func (ds *DockerService) chooseSandboxController(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (sandboxController, error) {
-	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
-	pinned, err := ds.usePinnedNetNS(ctx, hostNetwork, handler)
+	pinned, err := ds.usePinnedNetNS(ctx, podHostNetwork(cfg), handler)
 	switch {
 	case err != nil:
 		return nil, err
