@@ -15,11 +15,12 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/crilog"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // Taking over cri-dockerd's pods, once the index has read them
-// (adopt_labels.go decodes them): before kubelet is let in, each adopted
+// (labelcodec/cridockerd.go decodes them): before kubelet is let in, each adopted
 // sandbox gets a netshim checkpoint made from cri-dockerd's (its host
 // ports) and from libcni's cache or its netns (its IPs), and each adopted
 // container's log, a symlink to Docker's json-file log under cri-dockerd,
@@ -123,12 +124,12 @@ func (cp *criDockerdCheckpoint) portMappings() ([]checkpoint.PortMapping, error)
 func (ds *DockerService) adoptCRIDockerd(ctx context.Context) {
 	sandboxes, logs := 0, 0
 	for _, rec := range ds.store().List(store.KindSandbox) {
-		if sandboxInfoOf(rec).adopted && ds.adoptSandbox(ctx, rec) {
+		if rec.SandboxInfo().Adopted && ds.adoptSandbox(ctx, rec) {
 			sandboxes++
 		}
 	}
 	for _, rec := range ds.store().List(store.KindContainer) {
-		if containerInfoOf(rec).adopted && ds.adoptContainerLog(ctx, rec) {
+		if rec.ContainerInfo().Adopted && ds.adoptContainerLog(ctx, rec) {
 			logs++
 		}
 	}
@@ -235,8 +236,8 @@ func (ds *DockerService) adoptSandbox(ctx context.Context, rec *store.Record) bo
 	if ds.getCheckpoint(rec.ID) != nil {
 		return false
 	}
-	info := sandboxInfoOf(rec)
-	md := info.metadata
+	info := rec.SandboxInfo()
+	md := info.Metadata
 	cp := &checkpoint.PodSandbox{
 		Version:     checkpoint.CurrentVersion,
 		SandboxID:   rec.ID,
@@ -244,7 +245,7 @@ func (ds *DockerService) adoptSandbox(ctx context.Context, rec *store.Record) bo
 		Namespace:   md.GetNamespace(),
 		UID:         md.GetUid(),
 		Attempt:     md.GetAttempt(),
-		HostNetwork: info.nsOptions.GetNetwork() == runtimeapi.NamespaceMode_NODE,
+		HostNetwork: info.NamespaceOptions.GetNetwork() == runtimeapi.NamespaceMode_NODE,
 		CreatedAt:   rec.CreatedAt,
 		Setup:       checkpoint.SetupReady,
 	}
@@ -291,25 +292,25 @@ func (ds *DockerService) adoptSandbox(ctx context.Context, rec *store.Record) bo
 // container that exited). Only a symlink to this container's own Docker
 // log is replaced. It reports whether it replaced one.
 func (ds *DockerService) adoptContainerLog(ctx context.Context, rec *store.Record) bool {
-	info := containerInfoOf(rec)
-	if info.logPath == "" || rec.StartedAt == 0 {
+	info := rec.ContainerInfo()
+	if info.LogPath == "" || rec.StartedAt == 0 {
 		return false
 	}
-	log := klog.FromContext(ctx).WithValues("containerID", rec.ID, "path", info.logPath)
-	if err := ds.checkLogPathPlace(info.logPath); err != nil {
+	log := klog.FromContext(ctx).WithValues("containerID", rec.ID, "path", info.LogPath)
+	if err := ds.checkLogPathPlace(info.LogPath); err != nil {
 		log.Error(err, "Not taking over the log of an adopted container")
 		return false
 	}
-	if info.dockerLogPath == "" {
+	if info.DockerLogPath == "" {
 		return false // not the json-file driver: cri-dockerd made no link
 	}
-	replaced, err := crilog.ReplaceLink(info.logPath, info.dockerLogPath)
+	replaced, err := crilog.ReplaceLink(info.LogPath, info.DockerLogPath)
 	if err != nil {
 		log.Error(err, "Cannot take over the log of an adopted container; kubelet keeps reading what is there")
 		return false
 	}
 	if replaced {
-		log.V(2).Info("Took over the log of an adopted container", "dockerLog", info.dockerLogPath)
+		log.V(2).Info("Took over the log of an adopted container", "dockerLog", info.DockerLogPath)
 	}
 	return replaced
 }
@@ -344,7 +345,7 @@ type adoptedImage struct {
 func (ds *DockerService) nameAdoptedImages(ctx context.Context) {
 	names := map[string]adoptedImage{}
 	for _, rec := range ds.store().List(store.KindContainer) {
-		if !containerInfoOf(rec).adopted || rec.ImageID == "" {
+		if !rec.ContainerInfo().Adopted || rec.ImageID == "" {
 			continue
 		}
 		if _, done := names[rec.ImageID]; done {
@@ -373,8 +374,8 @@ func (ds *DockerService) nameAdoptedImages(ctx context.Context) {
 // adoptedImageOf is what ContainerStatus reports as an adopted
 // container's image, as cri-dockerd did; ok is false for any other
 // container.
-func (ds *DockerService) adoptedImageOf(rec *store.Record, info *containerInfo) (*runtimeapi.ImageSpec, string, bool) {
-	if !info.adopted {
+func (ds *DockerService) adoptedImageOf(rec *store.Record, info *labelcodec.Container) (*runtimeapi.ImageSpec, string, bool) {
+	if !info.Adopted {
 		return nil, "", false
 	}
 	var n adoptedImage

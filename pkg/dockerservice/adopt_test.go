@@ -16,6 +16,7 @@ import (
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -58,8 +59,8 @@ func newCRIDockerdWorld(t *testing.T) *criDockerdWorld {
 			HostConfig: &container.HostConfig{NetworkMode: "none"},
 		},
 		Config: &container.Config{Image: testPauseImage, Labels: map[string]string{
-			criDockerdLabelType:                      typeSandbox,
-			criDockerdLabelContainerName:             "POD",
+			labelcodec.CRIDockerdLabelType:           labelcodec.TypeSandbox,
+			labelcodec.CRIDockerdLabelContainerName:  "POD",
 			"io.kubernetes.pod.name":                 "web",
 			"io.kubernetes.pod.namespace":            "default",
 			"io.kubernetes.pod.uid":                  "uid-1",
@@ -75,10 +76,10 @@ func newCRIDockerdWorld(t *testing.T) *criDockerdWorld {
 			LogPath:    w.dockerLog,
 		},
 		Config: &container.Config{Image: adoptImageID, StopSignal: "SIGINT", Labels: map[string]string{
-			criDockerdLabelType:                       typeContainer,
-			criDockerdLabelSandboxID:                  adoptSandboxID,
-			criDockerdLabelLogPath:                    w.logPath,
-			criDockerdLabelContainerName:              "app",
+			labelcodec.CRIDockerdLabelType:            labelcodec.TypeContainer,
+			labelcodec.CRIDockerdLabelSandboxID:       adoptSandboxID,
+			labelcodec.CRIDockerdLabelLogPath:         w.logPath,
+			labelcodec.CRIDockerdLabelContainerName:   "app",
 			"io.kubernetes.pod.name":                  "web",
 			"annotation.io.kubernetes.container.hash": "abc123",
 		}},
@@ -281,57 +282,6 @@ func TestAdoptCRIDockerdBadCheckpointAndNoIP(t *testing.T) {
 	}
 }
 
-// cri-dockerd's names and labels decode as cri-dockerd reads them; what
-// does not look like its containers is not taken.
-func TestDecodeCRIDockerd(t *testing.T) {
-	sandbox := func(name string, labels map[string]string, hc *container.HostConfig) container.InspectResponse {
-		return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{ID: "x", Name: name, HostConfig: hc}, Config: &container.Config{Labels: labels}}
-	}
-	sbLabels := map[string]string{criDockerdLabelType: typeSandbox}
-	for _, tc := range []struct {
-		name    string
-		c       container.InspectResponse
-		kind    bool
-		wantErr bool
-		check   func(t *testing.T, extra any)
-	}{
-		{name: "not cri-dockerd's", c: sandbox("/k8s_POD_a_b_c_0", map[string]string{}, nil)},
-		{name: "sandbox with random suffix", c: sandbox("/k8s_POD_a_b_c_1_0a1b2c3d", sbLabels, nil), kind: true, check: func(t *testing.T, extra any) {
-			md := extra.(*sandboxInfo).metadata
-			if md.Name != "a" || md.Namespace != "b" || md.Uid != "c" || md.Attempt != 1 {
-				t.Errorf("metadata = %v", md)
-			}
-		}},
-		{name: "host namespaces", c: sandbox("/k8s_POD_a_b_c_0", sbLabels, &container.HostConfig{NetworkMode: "host", PidMode: "host", IpcMode: "host"}), kind: true, check: func(t *testing.T, extra any) {
-			ns := extra.(*sandboxInfo).nsOptions
-			if ns.Network != runtimeapi.NamespaceMode_NODE || ns.Pid != runtimeapi.NamespaceMode_NODE || ns.Ipc != runtimeapi.NamespaceMode_NODE {
-				t.Errorf("namespaces = %v", ns)
-			}
-		}},
-		{name: "pod namespaces", c: sandbox("/k8s_POD_a_b_c_0", sbLabels, &container.HostConfig{NetworkMode: "none"}), kind: true, check: func(t *testing.T, extra any) {
-			ns := extra.(*sandboxInfo).nsOptions
-			if ns.Network != runtimeapi.NamespaceMode_POD || ns.Pid != runtimeapi.NamespaceMode_CONTAINER || ns.Ipc != runtimeapi.NamespaceMode_POD {
-				t.Errorf("namespaces = %v", ns)
-			}
-		}},
-		{name: "too few fields", c: sandbox("/k8s_POD_a_b_0", sbLabels, nil), wantErr: true},
-		{name: "not k8s prefix", c: sandbox("/x_POD_a_b_c_0", sbLabels, nil), wantErr: true},
-		{name: "sandbox not named POD", c: sandbox("/k8s_app_a_b_c_0", sbLabels, nil), wantErr: true},
-		{name: "bad attempt", c: sandbox("/k8s_POD_a_b_c_x", sbLabels, nil), wantErr: true},
-		{name: "container without sandbox id", c: sandbox("/k8s_app_a_b_c_0", map[string]string{criDockerdLabelType: typeContainer}, nil), wantErr: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			kind, extra, err := decodeCRIDockerd(tc.c)
-			if (err != nil) != tc.wantErr || (kind != 0) != tc.kind {
-				t.Fatalf("decode = kind %v, err %v; want kind %v, error %v", kind, err, tc.kind, tc.wantErr)
-			}
-			if tc.check != nil {
-				tc.check(t, extra)
-			}
-		})
-	}
-}
-
 // A container with netshim's own labels stays netshim's with adoption on,
 // whatever cri-dockerd labels its image brought.
 func TestAdoptingDecoderPrefersNetshimLabels(t *testing.T) {
@@ -340,12 +290,12 @@ func TestAdoptingDecoderPrefersNetshimLabels(t *testing.T) {
 	var c container.InspectResponse
 	e.docker.Do(func(s *fakedocker.State) { c = *s.Containers[id] })
 	labels := maps.Clone(c.Config.Labels)
-	labels[criDockerdLabelType] = typeContainer
+	labels[labelcodec.CRIDockerdLabelType] = labelcodec.TypeContainer
 	cfg := *c.Config
 	cfg.Labels = labels
 	c.Config = &cfg
 	rec := recordFromInspectAdopting(c)
-	if rec == nil || sandboxInfoOf(rec).adopted || sandboxInfoOf(rec).metadata.GetName() != "own" {
+	if rec == nil || rec.SandboxInfo().Adopted || rec.SandboxInfo().Metadata.GetName() != "own" {
 		t.Errorf("record = %+v; want netshim's own sandbox", rec)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/podstate"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
@@ -49,10 +50,10 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 	cp := &checkpoint.PodSandbox{Version: checkpoint.CurrentVersion, SandboxID: id, Setup: checkpoint.SetupPending}
 	rec, ok := ds.store().Get(id)
 	if ok && rec.Kind == store.KindSandbox {
-		info := sandboxInfoOf(rec)
-		md := info.metadata
+		info := rec.SandboxInfo()
+		md := info.Metadata
 		cp.Name, cp.Namespace, cp.UID, cp.Attempt = md.GetName(), md.GetNamespace(), md.GetUid(), md.GetAttempt()
-		cp.HostNetwork = info.nsOptions.GetNetwork() == runtimeapi.NamespaceMode_NODE
+		cp.HostNetwork = info.NamespaceOptions.GetNetwork() == runtimeapi.NamespaceMode_NODE
 		cp.CreatedAt = rec.CreatedAt
 		// A pinned netns is named on the container too, so that its
 		// teardown still has it (sandbox_netns.go).
@@ -98,8 +99,8 @@ func podOfContainers(ctrs []*store.Record) (name, namespace, uid string) {
 	slices.SortFunc(ctrs, func(a, b *store.Record) int { return strings.Compare(a.ID, b.ID) })
 	for _, c := range ctrs {
 		l := c.DockerLabels
-		if l[labelPodName] != "" && l[labelPodNamespace] != "" && l[labelPodUID] != "" {
-			return l[labelPodName], l[labelPodNamespace], l[labelPodUID]
+		if l[labelcodec.LabelPodName] != "" && l[labelcodec.LabelPodNamespace] != "" && l[labelcodec.LabelPodUID] != "" {
+			return l[labelcodec.LabelPodName], l[labelcodec.LabelPodNamespace], l[labelcodec.LabelPodUID]
 		}
 	}
 	return "", "", ""

@@ -15,6 +15,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
@@ -96,7 +97,7 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 		// Docker sends the stop signal on ContainerStop; API 1.41 has no
 		// per-stop signal, so the CRI's is set here. Empty keeps the
 		// image's STOPSIGNAL (Docker merges it in), else SIGTERM.
-		StopSignal: dockerSignal(cfg.GetStopSignal()),
+		StopSignal: labelcodec.DockerSignal(cfg.GetStopSignal()),
 	}
 	for _, kv := range cfg.GetEnvs() {
 		if kv.GetKey() == "" {

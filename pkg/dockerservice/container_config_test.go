@@ -19,6 +19,7 @@ import (
 
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -159,7 +160,7 @@ func TestCreateContainerMapsBasicConfig(t *testing.T) {
 	if !slices.Equal(hc.Devices, wantDev) {
 		t.Errorf("devices = %+v", hc.Devices)
 	}
-	if config.Labels[labelType] != typeContainer || config.Labels[labelSandboxID] != e.sandboxID {
+	if config.Labels[labelcodec.LabelType] != labelcodec.TypeContainer || config.Labels[labelcodec.LabelSandboxID] != e.sandboxID {
 		t.Errorf("netshim labels = %v", config.Labels)
 	}
 	st := e.status(t, id)
@@ -752,26 +753,6 @@ func (s stopSignalImages) ImageInspect(ctx context.Context, ref string, opts ...
 		img.Config.StopSignal = s.signal
 	}
 	return img, err
-}
-
-func TestSignalNames(t *testing.T) {
-	for in, want := range map[runtimeapi.Signal]string{
-		runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT: "",
-		runtimeapi.Signal_SIGNAL_SIGTERM:         "SIGTERM",
-		runtimeapi.Signal_SIGNAL_SIGRTMINPLUS3:   "SIGRTMIN+3",
-	} {
-		if got := dockerSignal(in); got != want {
-			t.Errorf("dockerSignal(%v) = %q, want %q", in, got, want)
-		}
-		if got := criSignal(want); got != in {
-			t.Errorf("criSignal(%q) = %v, want %v", want, got, in)
-		}
-	}
-	for in, want := range map[string]string{"quit": "SIGQUIT", "SIGUSR1": "SIGUSR1", "15": "SIGTERM", "37": "37", "": ""} {
-		if got := normalizeDockerSignal(in); got != want {
-			t.Errorf("normalizeDockerSignal(%q) = %q, want %q", in, got, want)
-		}
-	}
 }
 
 func i64(v int64) *runtimeapi.Int64Value { return &runtimeapi.Int64Value{Value: v} }

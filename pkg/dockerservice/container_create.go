@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -36,10 +37,10 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err != nil {
 		return nil, err
 	}
-	sbInfo := sandboxInfoOf(sb)
+	sbInfo := sb.SandboxInfo()
 	md := cfg.GetMetadata()
-	name := containerName(sbInfo.metadata, md)
-	t := newStepTimer(ctx, "CreateContainer", "pod", klog.KRef(sbInfo.metadata.Namespace, sbInfo.metadata.Name), "container", md.Name)
+	name := labelcodec.ContainerName(sbInfo.Metadata, md)
+	t := newStepTimer(ctx, "CreateContainer", "pod", klog.KRef(sbInfo.Metadata.Namespace, sbInfo.Metadata.Name), "container", md.Name)
 
 	imageName := cfg.GetImage().GetImage()
 	img, err := ds.engine.ImageInspect(ctx, imageName)
@@ -62,21 +63,21 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	}
 	t.step("sandbox")
 
-	stopSignal := dockerSignal(cfg.GetStopSignal())
+	stopSignal := labelcodec.DockerSignal(cfg.GetStopSignal())
 	if stopSignal == "" && img.Config != nil {
 		stopSignal = img.Config.StopSignal
 	}
-	stopSignal = normalizeDockerSignal(stopSignal)
+	stopSignal = labelcodec.NormalizeDockerSignal(stopSignal)
 	if stopSignal == "" {
 		stopSignal = "SIGTERM"
 	}
-	labels, err := containerLabels(containerLabelsInput{
-		sandboxID:  sb.ID,
-		pod:        sbInfo.metadata,
-		cfg:        cfg,
-		logPath:    logPath,
-		imageRef:   imageRef(img, imageName),
-		stopSignal: stopSignal,
+	labels, err := labelcodec.ContainerLabels(labelcodec.ContainerInput{
+		SandboxID:  sb.ID,
+		Pod:        sbInfo.Metadata,
+		Config:     cfg,
+		LogPath:    logPath,
+		ImageRef:   imageRef(img, imageName),
+		StopSignal: stopSignal,
 	})
 	if err != nil {
 		return nil, err
@@ -85,14 +86,14 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err != nil {
 		return nil, err
 	}
-	if err := ds.checkRecursiveReadOnlyMounts(ctx, cfg.GetMounts(), sbInfo.runtimeHandler, apiVersion); err != nil {
+	if err := ds.checkRecursiveReadOnlyMounts(ctx, cfg.GetMounts(), sbInfo.RuntimeHandler, apiVersion); err != nil {
 		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
 	}
 	in := containerDockerInput{
 		cfg:        cfg,
 		labels:     labels,
 		sandboxID:  sb.ID,
-		sandboxNS:  sbInfo.nsOptions,
+		sandboxNS:  sbInfo.NamespaceOptions,
 		pidTarget:  pidTarget,
 		apiVersion: apiVersion,
 		selinux:    ds.containers.selinux,
@@ -113,14 +114,16 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	}
 	// The pod's runtime handler, checked when its sandbox was run, unless
 	// the sandbox's mode says otherwise.
-	hc.Runtime = sbInfo.runtimeHandler
+	hc.Runtime = sbInfo.RuntimeHandler
 	if join.runtime != "" {
 		hc.Runtime = join.runtime
 	}
 
 	created, err := ds.createOwned(ctx, config, hc, name, func(rec *store.Record) {
 		rec.ImageID = img.ID
-		rec.Extra = withHostConfig(rec.Extra, hc)
+		if rec.Container != nil {
+			rec.Container = rec.Container.WithResources(resourcesFromHostConfig(hc))
+		}
 	})
 	switch {
 	case errdefs.IsConflict(err):

@@ -6,6 +6,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -48,18 +49,18 @@ func (ds *DockerService) listContainers(f *runtimeapi.ContainerFilter) (*runtime
 		if f.GetState() != nil && f.GetState().GetState() != state {
 			continue
 		}
-		info := containerInfoOf(rec)
+		info := rec.ContainerInfo()
 		items = append(items, &runtimeapi.Container{
 			Id:           rec.ID,
 			PodSandboxId: rec.SandboxID,
-			Metadata:     info.metadata,
+			Metadata:     info.Metadata,
 			Image:        imageSpecOf(rec, info),
 			ImageRef:     imageRefOf(rec, info),
 			ImageId:      rec.ImageID,
 			State:        state,
 			CreatedAt:    rec.CreatedAt,
-			Labels:       info.labels,
-			Annotations:  info.annotations,
+			Labels:       info.Labels,
+			Annotations:  info.Annotations,
 		})
 	}
 	return &runtimeapi.ListContainersResponse{Containers: items}, cacheable
@@ -82,7 +83,7 @@ func (ds *DockerService) containersMatching(sandboxID, idPrefix string, selector
 	}
 	out := recs[:0]
 	for _, rec := range recs {
-		if strings.HasPrefix(rec.ID, idPrefix) && matchesSelector(containerInfoOf(rec).labels, selector) {
+		if strings.HasPrefix(rec.ID, idPrefix) && matchesSelector(rec.ContainerInfo().Labels, selector) {
 			out = append(out, rec)
 		}
 	}
@@ -118,8 +119,8 @@ func startFailed(r *store.Record) bool {
 // containerStatuses[].image: that must be the reference the user wrote
 // (as containerd and CRI-O report it), not an ID, or a pod whose image was
 // updated never shows the new one.
-func imageSpecOf(rec *store.Record, info *containerInfo) *runtimeapi.ImageSpec {
-	img := info.image
+func imageSpecOf(rec *store.Record, info *labelcodec.Container) *runtimeapi.ImageSpec {
+	img := info.Image
 	if img.GetImage() == "" {
 		return &runtimeapi.ImageSpec{Image: rec.Image}
 	}
@@ -135,9 +136,9 @@ func imageSpecOf(rec *store.Record, info *containerInfo) *runtimeapi.ImageSpec {
 }
 
 // imageRefOf is the image as resolved at create time (digest or ID).
-func imageRefOf(rec *store.Record, info *containerInfo) string {
-	if info.imageRef != "" {
-		return info.imageRef
+func imageRefOf(rec *store.Record, info *labelcodec.Container) string {
+	if info.ImageRef != "" {
+		return info.ImageRef
 	}
 	return rec.ImageID
 }

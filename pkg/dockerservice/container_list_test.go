@@ -8,6 +8,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/internal/testutil"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -29,7 +30,7 @@ func TestImageSpecOf(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &store.Record{Image: tc.recImage}
-			info := &containerInfo{image: tc.requested}
+			info := &labelcodec.Container{Image: tc.requested}
 			got := imageSpecOf(rec, info)
 			if got.GetImage() != tc.want {
 				t.Errorf("image = %q, want %q", got.GetImage(), tc.want)

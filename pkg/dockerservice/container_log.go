@@ -15,6 +15,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -30,8 +31,8 @@ func (ds *DockerService) ReopenContainerLog(ctx context.Context, r *runtimeapi.R
 	if !rec.Running() {
 		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("container %s is not running: it has no log to reopen", rec.ID))
 	}
-	info := containerInfoOf(rec)
-	if info.logPath == "" {
+	info := rec.ContainerInfo()
+	if info.LogPath == "" {
 		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("container %s was created without a log path", rec.ID))
 	}
 	err = ds.containers.logs.Reopen(rec.ID)
@@ -40,13 +41,13 @@ func (ds *DockerService) ReopenContainerLog(ctx context.Context, r *runtimeapi.R
 		// netshim started, or it gave up on an unusable file. A new one
 		// opens a fresh file at the path (checked again), resuming after
 		// the last line of the rotated one.
-		if err = ds.checkLogFilePath(info.logPath); err != nil {
+		if err = ds.checkLogFilePath(info.LogPath); err != nil {
 			return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("reopening log of container %s: %w", rec.ID, err))
 		}
-		err = ds.containers.logs.Start(ctx, rec.ID, info.logPath, info.tty)
+		err = ds.containers.logs.Start(ctx, rec.ID, info.LogPath, info.TTY)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reopening log %s of container %s: %w", info.logPath, rec.ID, err)
+		return nil, fmt.Errorf("reopening log %s of container %s: %w", info.LogPath, rec.ID, err)
 	}
 	return &runtimeapi.ReopenContainerLogResponse{}, nil
 }
@@ -71,15 +72,15 @@ func (ds *DockerService) ReopenContainerLog(ctx context.Context, r *runtimeapi.R
 func (ds *DockerService) resumeContainerLogs(ctx context.Context) {
 	type job struct {
 		rec   *store.Record
-		info  *containerInfo
+		info  *labelcodec.Container
 		drain bool
 		done  func() // ends the drain's mark
 	}
 	var jobs []job
 	drain := ds.containers.streams.firstSync()
 	for _, rec := range ds.store().List(store.KindContainer) {
-		info := containerInfoOf(rec)
-		if info.logPath == "" {
+		info := rec.ContainerInfo()
+		if info.LogPath == "" {
 			continue
 		}
 		switch {
@@ -107,13 +108,13 @@ func (ds *DockerService) resumeContainerLogs(ctx context.Context) {
 				if err == nil {
 					drained++
 				}
-			} else if err = ds.checkLogFilePath(j.info.logPath); err == nil {
-				if err = ds.containers.logs.Start(ctx, j.rec.ID, j.info.logPath, j.info.tty); err == nil {
+			} else if err = ds.checkLogFilePath(j.info.LogPath); err == nil {
+				if err = ds.containers.logs.Start(ctx, j.rec.ID, j.info.LogPath, j.info.TTY); err == nil {
 					followed++
 				}
 			}
 			if err != nil && ctx.Err() == nil {
-				klog.ErrorS(err, "Failed to resume copying a container's log", "containerID", j.rec.ID, "path", j.info.logPath)
+				klog.ErrorS(err, "Failed to resume copying a container's log", "containerID", j.rec.ID, "path", j.info.LogPath)
 			}
 		}
 		klog.V(2).InfoS("Container log followers resumed", "running", followed, "drained", drained)
@@ -128,17 +129,17 @@ const drainClockSlack = time.Second
 
 // drainContainerLog copies the end of an exited container's log into its
 // file, if the file still exists.
-func (ds *DockerService) drainContainerLog(ctx context.Context, rec *store.Record, info *containerInfo) error {
-	if err := ds.checkLogFilePath(info.logPath); err != nil {
+func (ds *DockerService) drainContainerLog(ctx context.Context, rec *store.Record, info *labelcodec.Container) error {
+	if err := ds.checkLogFilePath(info.LogPath); err != nil {
 		return err
 	}
 	finished := time.Now()
 	if rec.FinishedAt != 0 {
 		finished = time.Unix(0, rec.FinishedAt).Add(drainClockSlack)
 	}
-	err := ds.containers.logs.Drain(ctx, rec.ID, info.logPath, info.tty, finished)
+	err := ds.containers.logs.Drain(ctx, rec.ID, info.LogPath, info.TTY, finished)
 	if errors.Is(err, fs.ErrNotExist) {
-		klog.V(4).InfoS("Log file of an exited container is gone; not writing it again", "containerID", rec.ID, "path", info.logPath)
+		klog.V(4).InfoS("Log file of an exited container is gone; not writing it again", "containerID", rec.ID, "path", info.LogPath)
 		return nil
 	}
 	return err

@@ -405,6 +405,23 @@ func (ds *DockerService) setResources(r *container.Resources, oomScoreAdj *int, 
 	return nil
 }
 
+// resourcesFromHostConfig is the CRI view of a container's Docker limits.
+func resourcesFromHostConfig(hc *container.HostConfig) *runtimeapi.LinuxContainerResources {
+	r := &runtimeapi.LinuxContainerResources{
+		CpuPeriod:          hc.CPUPeriod,
+		CpuQuota:           hc.CPUQuota,
+		CpuShares:          hc.CPUShares,
+		MemoryLimitInBytes: reportedMemory(hc.Memory),
+		OomScoreAdj:        int64(hc.OomScoreAdj),
+		CpusetCpus:         hc.CpusetCpus,
+		CpusetMems:         hc.CpusetMems,
+	}
+	// -1 (and dockerNoMemoryLimit) is how netshim asks Docker for "no
+	// swap limit of its own"; the CRI says that with 0.
+	r.MemorySwapLimitInBytes = reportedMemory(hc.MemorySwap)
+	return r
+}
+
 // reportedMemory is the CRI view of a Docker memory limit: netshim's
 // stand-ins for "none" are reported as none (0).
 func reportedMemory(v int64) int64 {

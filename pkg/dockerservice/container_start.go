@@ -27,17 +27,17 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 	if st := containerState(rec); st != runtimeapi.ContainerState_CONTAINER_CREATED {
 		return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("container %s is %s: only a created container can be started (kubelet creates a new one to restart)", id, st))
 	}
-	info := containerInfoOf(rec)
+	info := rec.ContainerInfo()
 	t := newStepTimer(ctx, "StartContainer", "containerID", id)
 	// Fail before Docker starts anything if the log file cannot be made:
 	// it is the commonest reason the follower could not start.
-	if info.logPath != "" {
-		if err := ds.prepareLogFile(info.logPath); err != nil {
+	if info.LogPath != "" {
+		if err := ds.prepareLogFile(info.LogPath); err != nil {
 			return nil, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("container %s: %w", id, err))
 		}
 	}
 
-	if info.logPath != "" {
+	if info.LogPath != "" {
 		// From before the start: the container may exit at once.
 		defer ds.containers.streams.markStarting(id)()
 	}
@@ -49,12 +49,12 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 	}
 	t.step("start")
 
-	if info.logPath != "" {
+	if info.LogPath != "" {
 		// Started even if the container already exited: the follower then
 		// copies the whole log and ends.
-		if err := ds.containers.logs.Start(ctx, id, info.logPath, info.tty); err != nil {
+		if err := ds.containers.logs.Start(ctx, id, info.LogPath, info.TTY); err != nil {
 			ds.killAfterFailedStart(ctx, id)
-			return nil, fmt.Errorf("container %s: copying its log to %s: %w", id, info.logPath, err)
+			return nil, fmt.Errorf("container %s: copying its log to %s: %w", id, info.LogPath, err)
 		}
 		t.step("log")
 	}

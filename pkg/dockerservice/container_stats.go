@@ -116,10 +116,10 @@ func (s *statsReader) sampleContainer(rec *store.Record) cgroupSample {
 // read (the container stopped meanwhile, an unknown cgroup layout) is left
 // out rather than failing the whole listing.
 func (s *statsReader) containerStats(rec *store.Record, sample cgroupSample, now time.Time) *runtimeapi.ContainerStats {
-	info := containerInfoOf(rec)
+	info := rec.ContainerInfo()
 	ts := now.UnixNano()
 	st := &runtimeapi.ContainerStats{
-		Attributes: &runtimeapi.ContainerAttributes{Id: rec.ID, Metadata: info.metadata, Labels: info.labels, Annotations: info.annotations},
+		Attributes: &runtimeapi.ContainerAttributes{Id: rec.ID, Metadata: info.Metadata, Labels: info.Labels, Annotations: info.Annotations},
 		Cpu:        &runtimeapi.CpuUsage{Timestamp: ts},
 		Memory:     &runtimeapi.MemoryUsage{Timestamp: ts},
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -39,12 +40,12 @@ func (ds *DockerService) ContainerStatus(ctx context.Context, r *runtimeapi.Cont
 
 // containerStatusOf is a container's status as ContainerStatus reports it
 // (and container events carry it), with the decoded labels it came from.
-func (ds *DockerService) containerStatusOf(rec *store.Record) (*runtimeapi.ContainerStatus, *containerInfo) {
-	info := containerInfoOf(rec)
+func (ds *DockerService) containerStatusOf(rec *store.Record) (*runtimeapi.ContainerStatus, *labelcodec.Container) {
+	info := rec.ContainerInfo()
 	state := ds.visibleState(rec)
 	st := &runtimeapi.ContainerStatus{
 		Id:          rec.ID,
-		Metadata:    info.metadata,
+		Metadata:    info.Metadata,
 		State:       state,
 		CreatedAt:   rec.CreatedAt,
 		StartedAt:   rec.StartedAt,
@@ -53,11 +54,11 @@ func (ds *DockerService) containerStatusOf(rec *store.Record) (*runtimeapi.Conta
 		Image:       imageSpecOf(rec, info),
 		ImageRef:    imageRefOf(rec, info),
 		ImageId:     rec.ImageID,
-		Labels:      info.labels,
-		Annotations: info.annotations,
-		Mounts:      info.mounts,
-		LogPath:     info.logPath,
-		StopSignal:  info.stopSignal,
+		Labels:      info.Labels,
+		Annotations: info.Annotations,
+		Mounts:      info.Mounts,
+		LogPath:     info.LogPath,
+		StopSignal:  info.StopSignal,
 		Message:     rec.Error,
 	}
 	if img, ref, ok := ds.adoptedImageOf(rec, info); ok { // adopt.go
@@ -72,8 +73,8 @@ func (ds *DockerService) containerStatusOf(rec *store.Record) (*runtimeapi.Conta
 		// Exited, but its log is still being copied: not yet.
 		st.FinishedAt, st.ExitCode, st.Message = 0, 0, ""
 	}
-	if info.resources != nil {
-		st.Resources = &runtimeapi.ContainerResources{Linux: info.resources}
+	if info.Resources != nil {
+		st.Resources = &runtimeapi.ContainerResources{Linux: info.Resources}
 	}
 	return st, info
 }
@@ -93,7 +94,7 @@ func exitReason(r *store.Record) string {
 
 // containerVerboseInfo is the "info" map of a verbose status: what netshim
 // and Docker know beyond the CRI fields, for people debugging a container.
-func (ds *DockerService) containerVerboseInfo(ctx context.Context, rec *store.Record, info *containerInfo) map[string]string {
+func (ds *DockerService) containerVerboseInfo(ctx context.Context, rec *store.Record, info *labelcodec.Container) map[string]string {
 	v := struct {
 		SandboxID     string                `json:"sandboxID"`
 		Pid           int                   `json:"pid"`
@@ -113,9 +114,9 @@ func (ds *DockerService) containerVerboseInfo(ctx context.Context, rec *store.Re
 		ContainerName: rec.Name,
 		Image:         rec.Image,
 		ImageID:       rec.ImageID,
-		LogPath:       info.logPath,
-		StopSignal:    dockerSignal(info.stopSignal),
-		Tty:           info.tty,
+		LogPath:       info.LogPath,
+		StopSignal:    labelcodec.DockerSignal(info.StopSignal),
+		Tty:           info.TTY,
 	}
 	if c, err := ds.engine.ContainerInspect(ctx, rec.ID); err != nil {
 		v.InspectError = err.Error()

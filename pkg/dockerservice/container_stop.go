@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -35,7 +36,7 @@ func (ds *DockerService) StopContainer(ctx context.Context, r *runtimeapi.StopCo
 		Timeout: &timeout,
 		// Only API 1.42+ takes the signal per stop; below that Docker
 		// uses the container's own, which is the same one.
-		Signal: dockerSignal(containerInfoOf(rec).stopSignal),
+		Signal: labelcodec.DockerSignal(rec.ContainerInfo().StopSignal),
 	}
 	start := time.Now()
 	err = ds.engine.ContainerStop(ctx, rec.ID, opts)

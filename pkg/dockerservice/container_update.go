@@ -83,7 +83,7 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 // index, which keeps the HostConfig of every container it inspected, else
 // from an inspect.
 func (ds *DockerService) currentResources(ctx context.Context, rec *store.Record) (*runtimeapi.LinuxContainerResources, error) {
-	if cur := containerInfoOf(rec).resources; cur != nil {
+	if cur := rec.ContainerInfo().Resources; cur != nil {
 		return cur, nil
 	}
 	c, err := ds.engine.ContainerInspect(ctx, rec.ID)

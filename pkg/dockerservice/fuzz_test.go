@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/netshim/netshim/pkg/dockerservice/store"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 )
 
 // The fuzz targets here decode a CRI config from fuzzed protobuf bytes, so
@@ -104,19 +104,19 @@ func FuzzSandboxDockerConfig(f *testing.F) {
 		if config.Hostname != "" && config.Hostname != cfg.GetHostname() {
 			t.Fatalf("hostname %q, asked %q", config.Hostname, cfg.GetHostname())
 		}
-		info, ok := decodeExtra(store.KindSandbox, config.Labels).(*sandboxInfo)
-		if !ok {
+		info, err := labelcodec.DecodeSandbox(config.Labels)
+		if err != nil {
 			t.Fatal("labels do not decode as a sandbox's")
 		}
-		if !mapsEqual(info.labels, cfg.GetLabels()) || !mapsEqual(info.annotations, cfg.GetAnnotations()) {
-			t.Fatalf("labels/annotations decode to %v / %v, want %v / %v", info.labels, info.annotations, cfg.GetLabels(), cfg.GetAnnotations())
+		if !mapsEqual(info.Labels, cfg.GetLabels()) || !mapsEqual(info.Annotations, cfg.GetAnnotations()) {
+			t.Fatalf("labels/annotations decode to %v / %v, want %v / %v", info.Labels, info.Annotations, cfg.GetLabels(), cfg.GetAnnotations())
 		}
 		md := cfg.GetMetadata()
-		if got := info.metadata; got.Name != md.Name || got.Namespace != md.Namespace || got.Uid != md.Uid || got.Attempt != md.Attempt {
+		if got := info.Metadata; got.Name != md.Name || got.Namespace != md.Namespace || got.Uid != md.Uid || got.Attempt != md.Attempt {
 			t.Fatalf("metadata decodes to %v, want %v", got, md)
 		}
-		if !proto.Equal(info.nsOptions, nsOrEmpty(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions())) {
-			t.Fatalf("namespace options decode to %v, want %v", info.nsOptions, cfg.GetLinux().GetSecurityContext().GetNamespaceOptions())
+		if !proto.Equal(info.NamespaceOptions, nsOrEmpty(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions())) {
+			t.Fatalf("namespace options decode to %v, want %v", info.NamespaceOptions, cfg.GetLinux().GetSecurityContext().GetNamespaceOptions())
 		}
 	})
 }
@@ -171,7 +171,7 @@ func FuzzContainerDockerConfig(f *testing.F) {
 			return
 		}
 		pod := &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: "uid", Attempt: 1}
-		labels, err := containerLabels(containerLabelsInput{sandboxID: sandboxID, pod: pod, cfg: cfg, logPath: "/logs/c.log", imageRef: testImageDigest, stopSignal: "SIGTERM"})
+		labels, err := labelcodec.ContainerLabels(labelcodec.ContainerInput{SandboxID: sandboxID, Pod: pod, Config: cfg, LogPath: "/logs/c.log", ImageRef: testImageDigest, StopSignal: "SIGTERM"})
 		if err != nil {
 			t.Fatalf("labels: %v", err)
 		}
@@ -209,18 +209,18 @@ func FuzzContainerDockerConfig(f *testing.F) {
 		if hc.NetworkMode != "host" && hc.NetworkMode != container.NetworkMode("container:"+sandboxID) {
 			t.Fatalf("network mode %q", hc.NetworkMode)
 		}
-		info, ok := decodeExtra(store.KindContainer, config.Labels).(*containerInfo)
-		if !ok {
+		info, err := labelcodec.DecodeContainer(config.Labels)
+		if err != nil {
 			t.Fatal("labels do not decode as a container's")
 		}
-		if !mapsEqual(info.labels, cfg.GetLabels()) || !mapsEqual(info.annotations, cfg.GetAnnotations()) {
-			t.Fatalf("labels/annotations decode to %v / %v, want %v / %v", info.labels, info.annotations, cfg.GetLabels(), cfg.GetAnnotations())
+		if !mapsEqual(info.Labels, cfg.GetLabels()) || !mapsEqual(info.Annotations, cfg.GetAnnotations()) {
+			t.Fatalf("labels/annotations decode to %v / %v, want %v / %v", info.Labels, info.Annotations, cfg.GetLabels(), cfg.GetAnnotations())
 		}
-		if info.metadata.GetName() != cfg.GetMetadata().GetName() || info.metadata.GetAttempt() != cfg.GetMetadata().GetAttempt() {
-			t.Fatalf("metadata decodes to %v, want %v", info.metadata, cfg.GetMetadata())
+		if info.Metadata.GetName() != cfg.GetMetadata().GetName() || info.Metadata.GetAttempt() != cfg.GetMetadata().GetAttempt() {
+			t.Fatalf("metadata decodes to %v, want %v", info.Metadata, cfg.GetMetadata())
 		}
-		if info.logPath != "/logs/c.log" || info.tty != cfg.GetTty() {
-			t.Fatalf("log path %q tty %v", info.logPath, info.tty)
+		if info.LogPath != "/logs/c.log" || info.TTY != cfg.GetTty() {
+			t.Fatalf("log path %q tty %v", info.LogPath, info.TTY)
 		}
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/internal/fakedocker"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/network"
 )
@@ -25,7 +25,7 @@ import (
 // forges (a valid one, for another pod).
 func hostileImageLabels(metaKind string) map[string]string {
 	var meta string
-	if metaKind == typeSandbox {
+	if metaKind == labelcodec.TypeSandbox {
 		meta = `{"v":1,"kind":"podsandbox","name":"evil","namespace":"evil","uid":"evil-uid","attempt":99,` +
 			`"labels":{"evil":"1"},"annotations":{"evil":"1"},"namespaceOptions":{"network":2,"pid":2,"ipc":2},"runtimeHandler":"evil"}`
 	} else {
@@ -34,28 +34,28 @@ func hostileImageLabels(metaKind string) map[string]string {
 			`"logPath":"/etc/passwd","mounts":[{"container_path":"/host","host_path":"/"}],"tty":true,"stopSignal":"SIGKILL"}`
 	}
 	return map[string]string{
-		labelMeta:                   meta,
-		labelType:                   metaKind,
-		labelSandboxID:              "evil-sandbox",
-		labelPodName:                "evil",
-		labelPodNamespace:           "evil",
-		labelPodUID:                 "evil-uid",
-		labelContainerName:          "evil",
-		legacyLabelAttempt:          "99",
-		legacyLabelNamespaceOptions: `{"network":2,"pid":2,"ipc":2}`,
-		legacyLabelRuntimeHandler:   "evil",
-		legacyLabelContainerAttempt: "99",
-		legacyLabelLogPath:          "/etc/passwd",
-		legacyLabelImageSpec:        `{"image":"evil","user_specified_image":"evil"}`,
-		legacyLabelImageRef:         "evil@sha256:eeee",
-		legacyLabelMounts:           `[{"container_path":"/host","host_path":"/"}]`,
-		legacyLabelTTY:              "true",
-		legacyLabelStopSignal:       "SIGKILL",
-		criLabelPrefix + "app":      "evil",
-		criLabelPrefix + "injected": "1",
-		legacyAnnotationPrefix + "io.kubernetes.container.restartCount": "99",
-		legacyAnnotationPrefix + "note":                                 "evil",
-		legacyAnnotationPrefix + "injected":                             "1",
+		labelcodec.LabelMeta:                   meta,
+		labelcodec.LabelType:                   metaKind,
+		labelcodec.LabelSandboxID:              "evil-sandbox",
+		labelcodec.LabelPodName:                "evil",
+		labelcodec.LabelPodNamespace:           "evil",
+		labelcodec.LabelPodUID:                 "evil-uid",
+		labelcodec.LabelContainerName:          "evil",
+		labelcodec.LegacyLabelAttempt:          "99",
+		labelcodec.LegacyLabelNamespaceOptions: `{"network":2,"pid":2,"ipc":2}`,
+		labelcodec.LegacyLabelRuntimeHandler:   "evil",
+		labelcodec.LegacyLabelContainerAttempt: "99",
+		labelcodec.LegacyLabelLogPath:          "/etc/passwd",
+		labelcodec.LegacyLabelImageSpec:        `{"image":"evil","user_specified_image":"evil"}`,
+		labelcodec.LegacyLabelImageRef:         "evil@sha256:eeee",
+		labelcodec.LegacyLabelMounts:           `[{"container_path":"/host","host_path":"/"}]`,
+		labelcodec.LegacyLabelTTY:              "true",
+		labelcodec.LegacyLabelStopSignal:       "SIGKILL",
+		labelcodec.CRILabelPrefix + "app":      "evil",
+		labelcodec.CRILabelPrefix + "injected": "1",
+		labelcodec.LegacyAnnotationPrefix + "io.kubernetes.container.restartCount": "99",
+		labelcodec.LegacyAnnotationPrefix + "note":                                 "evil",
+		labelcodec.LegacyAnnotationPrefix + "injected":                             "1",
 	}
 }
 
@@ -106,8 +106,8 @@ func viewOf(t *testing.T, ds *DockerService, sandboxID, ctrID string) criView {
 	v.ctrItem.CreatedAt, v.ctrItem.ImageId = 0, ""
 	rec, _ := ds.store().Get(ctrID)
 	v.ctrKind, v.ctrSandboxID = rec.Kind, rec.SandboxID
-	info := containerInfoOf(rec)
-	v.tty, v.stopSignal, v.logPath = info.tty, info.stopSignal, info.logPath
+	info := rec.ContainerInfo()
+	v.tty, v.stopSignal, v.logPath = info.TTY, info.StopSignal, info.LogPath
 	return v
 }
 
@@ -187,8 +187,8 @@ func TestImageLabelsCannotSteerCRIAnswers(t *testing.T) {
 			e := newTestEnv(t)
 			e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 			e.docker.Do(func(s *fakedocker.State) {
-				s.Images[testPauseImage] = hostileImageLabels(typeSandbox)
-				s.Images[testImage] = hostileImageLabels(typeContainer)
+				s.Images[testPauseImage] = hostileImageLabels(labelcodec.TypeSandbox)
+				s.Images[testImage] = hostileImageLabels(labelcodec.TypeContainer)
 			})
 			pod := podConfig("web")
 			pod.LogDirectory = "/var/log/pods/ns_web_uid-web"
@@ -246,8 +246,8 @@ func oddMaps() map[string]string {
 		"html<>&":              "<script>&amp;</script>",
 		"unicode-ünïcødé-✓":    "日本語 \u2028 \u00a0",
 		"nul":                  "a\x00b",
-		labelMeta:              "not netshim's",
-		labelType:              "podsandbox",
+		labelcodec.LabelMeta:   "not netshim's",
+		labelcodec.LabelType:   "podsandbox",
 		"label.nested":         "x",
 		"annotation.nested":    "y",
 		"io.kubernetes.pod.ns": strings.Repeat("v", 63),
@@ -303,125 +303,20 @@ func TestCRILabelsAndAnnotationsRoundTripExactly(t *testing.T) {
 	check("after restart", restartService(t, e))
 }
 
-func TestDecodeOwned(t *testing.T) {
-	sandboxMetaJSON := func(uid string, mutate func(*sandboxMeta)) string {
-		m := sandboxMeta{metaHeader: metaHeader{Version: metaVersion, Kind: typeSandbox}, Name: "web", Namespace: "ns", UID: uid, Attempt: 3,
-			Labels: map[string]string{"app": "web"}, NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}
-		if mutate != nil {
-			mutate(&m)
-		}
-		s, err := encodeMeta(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	containerMetaJSON := func(sandboxID string) string {
-		s, err := encodeMeta(containerMeta{metaHeader: metaHeader{Version: metaVersion, Kind: typeContainer}, SandboxID: sandboxID, Name: "app", Attempt: 1, LogPath: "/var/log/pods/x/app/1.log"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	sandbox := func(extra map[string]string) map[string]string {
-		l := map[string]string{labelType: typeSandbox, labelPodName: "web", labelPodNamespace: "ns", labelPodUID: "uid-1"}
-		maps.Copy(l, extra)
-		return l
-	}
-	ctr := func(extra map[string]string) map[string]string {
-		l := map[string]string{labelType: typeContainer, labelSandboxID: "sb-1", labelContainerName: "app"}
-		maps.Copy(l, extra)
-		return l
-	}
-	for _, tc := range []struct {
-		name   string
-		labels map[string]string
-		want   store.Kind
-		check  func(t *testing.T, extra any)
-	}{
-		{name: "not netshim's", labels: map[string]string{"maintainer": "x", labelMeta: sandboxMetaJSON("uid-1", nil)}},
-		{name: "unknown type", labels: map[string]string{labelType: "volume"}},
-		{name: "sandbox meta", labels: sandbox(map[string]string{labelMeta: sandboxMetaJSON("uid-1", nil)}), want: store.KindSandbox,
-			check: func(t *testing.T, extra any) {
-				info := extra.(*sandboxInfo)
-				if info.metadata.Attempt != 3 || info.labels["app"] != "web" || info.nsOptions.GetNetwork() != runtimeapi.NamespaceMode_NODE || info.annotations == nil {
-					t.Errorf("decoded %+v", info)
-				}
-			}},
-		{name: "sandbox meta with unknown fields (a newer netshim, same version)", labels: sandbox(map[string]string{labelMeta: strings.Replace(sandboxMetaJSON("uid-1", nil), `{`, `{"future":{"x":1},`, 1)}), want: store.KindSandbox},
-		{name: "sandbox meta unreadable", labels: sandbox(map[string]string{labelMeta: `{"v":1,`})},
-		{name: "sandbox meta empty", labels: sandbox(map[string]string{labelMeta: ""})},
-		{name: "sandbox meta of another version", labels: sandbox(map[string]string{labelMeta: sandboxMetaJSON("uid-1", func(m *sandboxMeta) { m.Version = 2 })})},
-		{name: "sandbox meta without version", labels: sandbox(map[string]string{labelMeta: sandboxMetaJSON("uid-1", func(m *sandboxMeta) { m.Version = 0 })})},
-		{name: "container meta on a sandbox", labels: sandbox(map[string]string{labelMeta: containerMetaJSON("sb-1")})},
-		// An image's meta label on a sandbox made before netshim wrote one.
-		{name: "sandbox meta for another pod", labels: sandbox(map[string]string{labelMeta: sandboxMetaJSON("uid-other", nil)})},
-		{name: "container meta", labels: ctr(map[string]string{labelMeta: containerMetaJSON("sb-1")}), want: store.KindContainer,
-			check: func(t *testing.T, extra any) {
-				info := extra.(*containerInfo)
-				if info.metadata.Name != "app" || info.logPath != "/var/log/pods/x/app/1.log" || info.image == nil || info.labels == nil {
-					t.Errorf("decoded %+v", info)
-				}
-			}},
-		{name: "container meta for another sandbox", labels: ctr(map[string]string{labelMeta: containerMetaJSON("sb-other")})},
-		{name: "container meta with no sandbox", labels: ctr(map[string]string{labelMeta: containerMetaJSON(""), labelSandboxID: ""})},
-		{name: "sandbox meta on a container", labels: ctr(map[string]string{labelMeta: sandboxMetaJSON("uid-1", nil)})},
-		// No meta: a container of the previous netshim.
-		{name: "legacy sandbox", labels: sandbox(map[string]string{legacyLabelAttempt: "2", legacyLabelRuntimeHandler: "rh", "label.app": "web", "annotation.note": "x"}), want: store.KindSandbox,
-			check: func(t *testing.T, extra any) {
-				info := extra.(*sandboxInfo)
-				if info.metadata.Uid != "uid-1" || info.metadata.Attempt != 2 || info.runtimeHandler != "rh" || info.labels["app"] != "web" || info.annotations["note"] != "x" {
-					t.Errorf("decoded %+v", info)
-				}
-			}},
-		{name: "legacy container", labels: ctr(map[string]string{legacyLabelTTY: "true", legacyLabelLogPath: "/l/1.log"}), want: store.KindContainer,
-			check: func(t *testing.T, extra any) {
-				if info := extra.(*containerInfo); !info.tty || info.logPath != "/l/1.log" || info.metadata.Name != "app" {
-					t.Errorf("decoded %+v", info)
-				}
-			}},
-		// labelType alone (by hand, or an image run outside netshim):
-		// nothing to show but made-up data.
-		{name: "bare sandbox type", labels: map[string]string{labelType: typeSandbox}},
-		{name: "sandbox type without pod UID", labels: sandbox(map[string]string{labelPodUID: ""})},
-		{name: "bare container type", labels: map[string]string{labelType: typeContainer}},
-		{name: "container type without sandbox", labels: ctr(map[string]string{labelSandboxID: ""})},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			kind, extra := decodeOwned("0123456789ab", tc.labels)
-			if kind != tc.want {
-				t.Fatalf("kind = %v, want %v", kind, tc.want)
-			}
-			if kind == 0 {
-				if extra != nil {
-					t.Errorf("extra = %#v for a container left out", extra)
-				}
-				return
-			}
-			if extra == nil || !reflect.DeepEqual(extra, decodeExtra(kind, tc.labels)) {
-				t.Errorf("decodeOwned and decodeExtra disagree: %#v", extra)
-			}
-			if tc.check != nil {
-				tc.check(t, extra)
-			}
-		})
-	}
-}
-
-// legacyLabels are the labels the previous netshim put on a sandbox or
+// legacySandboxLabels are the labels the previous netshim put on a sandbox or
 // container made from cfg (or ctr): one label per fact.
 func legacySandboxLabels(pod *runtimeapi.PodSandboxConfig) map[string]string {
 	md := pod.Metadata
 	ns, _ := json.Marshal(pod.GetLinux().GetSecurityContext().GetNamespaceOptions())
 	l := map[string]string{
-		labelType: typeSandbox, labelPodName: md.Name, labelPodNamespace: md.Namespace, labelPodUID: md.Uid,
-		legacyLabelAttempt: strconv.FormatUint(uint64(md.Attempt), 10), legacyLabelNamespaceOptions: string(ns),
+		labelcodec.LabelType: labelcodec.TypeSandbox, labelcodec.LabelPodName: md.Name, labelcodec.LabelPodNamespace: md.Namespace, labelcodec.LabelPodUID: md.Uid,
+		labelcodec.LegacyLabelAttempt: strconv.FormatUint(uint64(md.Attempt), 10), labelcodec.LegacyLabelNamespaceOptions: string(ns),
 	}
 	for k, v := range pod.Labels {
-		l[criLabelPrefix+k] = v
+		l[labelcodec.CRILabelPrefix+k] = v
 	}
 	for k, v := range pod.Annotations {
-		l[legacyAnnotationPrefix+k] = v
+		l[labelcodec.LegacyAnnotationPrefix+k] = v
 	}
 	return l
 }
@@ -437,17 +332,17 @@ func TestLegacyContainersStillDecode(t *testing.T) {
 	// them (and with the pause image's label Docker merged in).
 	spec, _ := json.Marshal(cfg.Image)
 	ctrLabels := map[string]string{
-		labelType: typeContainer, labelSandboxID: e.sandboxID,
-		labelPodName: "web", labelPodNamespace: "ns", labelPodUID: "uid-web",
-		labelContainerName: "old", legacyLabelContainerAttempt: "2",
-		legacyLabelLogPath: want.logPath, legacyLabelImageSpec: string(spec), legacyLabelImageRef: testImageDigest,
-		legacyLabelTTY: "true", legacyLabelStopSignal: "SIGTERM",
+		labelcodec.LabelType: labelcodec.TypeContainer, labelcodec.LabelSandboxID: e.sandboxID,
+		labelcodec.LabelPodName: "web", labelcodec.LabelPodNamespace: "ns", labelcodec.LabelPodUID: "uid-web",
+		labelcodec.LabelContainerName: "old", labelcodec.LegacyLabelContainerAttempt: "2",
+		labelcodec.LegacyLabelLogPath: want.logPath, labelcodec.LegacyLabelImageSpec: string(spec), labelcodec.LegacyLabelImageRef: testImageDigest,
+		labelcodec.LegacyLabelTTY: "true", labelcodec.LegacyLabelStopSignal: "SIGTERM",
 	}
 	for k, v := range cfg.Labels {
-		ctrLabels[criLabelPrefix+k] = v
+		ctrLabels[labelcodec.CRILabelPrefix+k] = v
 	}
 	for k, v := range cfg.Annotations {
-		ctrLabels[legacyAnnotationPrefix+k] = v
+		ctrLabels[labelcodec.LegacyAnnotationPrefix+k] = v
 	}
 	sbLabels := legacySandboxLabels(e.sandbox)
 	sbLabels["image.label"] = "from-image"
@@ -468,12 +363,12 @@ func TestForgedOwnershipIsNotIndexed(t *testing.T) {
 	// consistent set of its labels cannot be told from netshim's own:
 	// whoever can do that has the Docker socket anyway.)
 	forged := []map[string]string{
-		{labelType: typeSandbox},
-		{labelType: typeContainer, labelSandboxID: e.sandboxID},
-		{labelType: typeSandbox, labelPodUID: "u", labelMeta: `{"v":1,"kind":"podsandbox","uid":"u`},
+		{labelcodec.LabelType: labelcodec.TypeSandbox},
+		{labelcodec.LabelType: labelcodec.TypeContainer, labelcodec.LabelSandboxID: e.sandboxID},
+		{labelcodec.LabelType: labelcodec.TypeSandbox, labelcodec.LabelPodUID: "u", labelcodec.LabelMeta: `{"v":1,"kind":"podsandbox","uid":"u`},
 	}
 	legacy := legacySandboxLabels(podConfig("old"))
-	legacy[labelMeta] = hostileImageLabels(typeSandbox)[labelMeta]
+	legacy[labelcodec.LabelMeta] = hostileImageLabels(labelcodec.TypeSandbox)[labelcodec.LabelMeta]
 	forged = append(forged, legacy)
 	e.docker.Do(func(s *fakedocker.State) {
 		for i, l := range forged {
@@ -493,63 +388,6 @@ func TestForgedOwnershipIsNotIndexed(t *testing.T) {
 	cs, err := ds.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{})
 	if err != nil || len(cs.Containers) != 0 {
 		t.Errorf("ListContainers = %v, %v; want none", cs, err)
-	}
-}
-
-func TestMetaLabelStaysCompactAtKubeletLimits(t *testing.T) {
-	// kubelet (apimachinery validation) allows label keys of a 253-byte
-	// prefix and a 63-byte name, values of 63 bytes, and 256 KiB of
-	// annotations in all. Annotations are often JSON (kubectl's
-	// last-applied-configuration) or HTML-ish text.
-	pod := podConfig("big")
-	pod.Labels = map[string]string{}
-	for i := range 64 {
-		key := strings.Repeat("p", 250) + string(rune('a'+i%26)) + string(rune('a'+i/26)) + "/" + strings.Repeat("n", 63)
-		pod.Labels[key] = strings.Repeat("v", 63)
-	}
-	pod.Annotations = map[string]string{}
-	raw := 0
-	for _, m := range []map[string]string{pod.Labels} {
-		for k, v := range m {
-			raw += len(k) + len(v)
-		}
-	}
-	chunk := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a<b>&c","labels":{"x":"ü"}}}` + "\n"
-	for i := 0; raw < 256*1024-4096; i++ {
-		k := "example.com/annotation-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
-		v := strings.Repeat(chunk, 8192/len(chunk))
-		pod.Annotations[k] = v
-		raw += len(k) + len(v)
-	}
-	labels, err := sandboxLabels(pod, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta := len(labels[labelMeta])
-	t.Logf("meta label: %d bytes for %d bytes of CRI labels and annotations", meta, raw)
-	// JSON must escape the quotes and newlines of the annotations (about
-	// a quarter more for these quote-dense ones); anything beyond (HTML
-	// escaping of <>&, base64, a second copy of the annotations) would
-	// break the limit.
-	if limit := raw*13/10 + 4096; meta > limit {
-		t.Errorf("meta label is %d bytes for %d bytes of CRI labels and annotations, want at most %d", meta, raw, limit)
-	}
-	total := 0
-	for k, v := range labels {
-		total += len(k) + len(v)
-	}
-	// The operator-facing copies of the (small) CRI labels are the only
-	// other bulk: the Docker labels stay under 1 MiB, far below what
-	// Docker's API (no label limit) and gRPC's 16 MiB CRI messages take.
-	if total > 1<<20 {
-		t.Errorf("Docker labels total %d bytes for a pod at kubelet's limits", total)
-	}
-	info, err := decodeSandboxMeta(labels[labelMeta], labels)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !maps.Equal(info.labels, pod.Labels) || !maps.Equal(info.annotations, pod.Annotations) {
-		t.Error("labels or annotations of the big pod do not round-trip")
 	}
 }
 

@@ -91,7 +91,7 @@ func (ds *DockerService) restoreSandboxes() {
 type sandboxRequest struct {
 	cfg     *runtimeapi.PodSandboxConfig
 	handler string
-	// name is the sandbox's name (sandboxContainerName), reserved.
+	// name is the sandbox's name (labelcodec.SandboxName), reserved.
 	name string
 	// cgroupParent is the pod's cgroup parent in Docker's form
 	// (dockerCgroupParent).

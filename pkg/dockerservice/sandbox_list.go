@@ -41,8 +41,8 @@ func (ds *DockerService) listPodSandbox(f *runtimeapi.PodSandboxFilter) *runtime
 		if !strings.HasPrefix(rec.ID, f.GetId()) {
 			continue
 		}
-		info := sandboxInfoOf(rec)
-		if !matchesSelector(info.labels, f.GetLabelSelector()) {
+		info := rec.SandboxInfo()
+		if !matchesSelector(info.Labels, f.GetLabelSelector()) {
 			continue
 		}
 		state := ds.sandboxState(rec.ID, rec.Running())
@@ -51,12 +51,12 @@ func (ds *DockerService) listPodSandbox(f *runtimeapi.PodSandboxFilter) *runtime
 		}
 		items = append(items, &runtimeapi.PodSandbox{
 			Id:             rec.ID,
-			Metadata:       info.metadata,
+			Metadata:       info.Metadata,
 			State:          state,
 			CreatedAt:      rec.CreatedAt,
-			Labels:         info.labels,
-			Annotations:    info.annotations,
-			RuntimeHandler: info.runtimeHandler,
+			Labels:         info.Labels,
+			Annotations:    info.Annotations,
+			RuntimeHandler: info.RuntimeHandler,
 		})
 	}
 	items = append(items, ds.checkpointOnlySandboxes(seen, f)...)
@@ -83,4 +83,15 @@ func (ds *DockerService) checkpointOnlySandboxes(seen map[string]bool, f *runtim
 		})
 	}
 	return out
+}
+
+// matchesSelector reports whether CRI labels satisfy every key=value of the
+// selector, the only form CRI filters use.
+func matchesSelector(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }

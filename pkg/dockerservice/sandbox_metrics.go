@@ -197,7 +197,7 @@ func podMetrics(ps *podSample) *runtimeapi.PodSandboxMetrics {
 		if !ok {
 			continue
 		}
-		set := metricSet{labels: []string{containerInfoOf(c).metadata.GetName(), sample.paths.Name(), c.Image, c.Name, ns, pod}}
+		set := metricSet{labels: []string{c.ContainerInfo().Metadata.GetName(), sample.paths.Name(), c.Image, c.Name, ns, pod}}
 		set.addCgroup(sample.stats)
 		pm.ContainerMetrics = append(pm.ContainerMetrics, &runtimeapi.ContainerMetrics{ContainerId: c.ID, Metrics: set.metrics})
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -209,7 +210,7 @@ var errNoOCIKey = crirpc.WithCode(codes.FailedPrecondition, errors.New("pinned s
 // labelNetNS names a sandbox's pinned netns on its infra container: the
 // second record of it, which rebuilds a lost or damaged checkpoint's
 // (checkpoint_recover.go) and keeps the start-up sweep off the file.
-const labelNetNS = labelPrefix + "netns"
+const labelNetNS = labelcodec.Prefix + "netns"
 
 // pinSandboxNetNS makes a new pinned netns for a sandbox being created.
 // Its name is random: the sandbox ID is Docker's, known only after the

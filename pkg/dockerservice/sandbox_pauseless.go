@@ -15,6 +15,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -77,12 +78,12 @@ func newSandboxID() (string, error) {
 func (c pauselessSandboxes) run(ctx context.Context, req *sandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	ds, cfg, cgroupParent, t := c.ds, req.cfg, req.cgroupParent, req.timer
 	md := cfg.GetMetadata()
-	labels, err := sandboxLabels(cfg, "")
+	labels, err := labelcodec.SandboxLabels(cfg, "")
 	if err != nil {
 		return nil, err
 	}
-	kind, extra := decodeOwned("", labels)
-	if kind != store.KindSandbox {
+	info, _ := labelcodec.Decode("", labels)
+	if info == nil {
 		return nil, fmt.Errorf("pod sandbox %s: its own labels do not decode as a sandbox's", klog.KRef(md.Namespace, md.Name))
 	}
 	id, err := newSandboxID()
@@ -140,7 +141,7 @@ func (c pauselessSandboxes) run(ctx context.Context, req *sandboxRequest) (*runt
 	// a checkpoint whose sandbox the index does not know, would take it
 	// for one whose infra container is gone and tell subscribers STOPPED
 	// before it ever started.
-	ds.store().Put(pauselessRecord(cp, extra, store.StateRunning))
+	ds.store().Put(pauselessRecord(cp, info, store.StateRunning))
 	err = ds.putCheckpoint(cp)
 	done() // named by the checkpoint now, or removed just below
 	if err != nil {
@@ -293,17 +294,17 @@ func (ds *DockerService) removePauselessFiles(ctx context.Context, cp *checkpoin
 }
 
 // pauselessRecord is the index's record of a pause-less sandbox.
-func pauselessRecord(cp *checkpoint.PodSandbox, extra any, state store.State) *store.Record {
+func pauselessRecord(cp *checkpoint.PodSandbox, info *labelcodec.Sandbox, state store.State) *store.Record {
 	md := &runtimeapi.PodSandboxMetadata{Name: cp.Name, Namespace: cp.Namespace, Uid: cp.UID, Attempt: cp.Attempt}
 	r := &store.Record{
 		ID:           cp.SandboxID,
 		Kind:         store.KindSandbox,
-		Name:         sandboxContainerName(md),
+		Name:         labelcodec.SandboxName(md),
 		DockerLabels: cp.Pauseless.Labels,
 		State:        state,
 		CreatedAt:    cp.CreatedAt,
 		StartedAt:    cp.CreatedAt,
-		Extra:        extra,
+		Sandbox:      info,
 		Local:        true,
 	}
 	if state == store.StateExited {
@@ -321,8 +322,8 @@ func (c pauselessSandboxes) restore() {
 	ds := c.ds
 	cps := ds.pods.Select(func(cp *checkpoint.PodSandbox) bool { return cp.Pauseless != nil })
 	for _, cp := range cps {
-		kind, extra := decodeOwned(cp.SandboxID, cp.Pauseless.Labels)
-		if kind != store.KindSandbox {
+		info, _ := labelcodec.Decode(cp.SandboxID, cp.Pauseless.Labels)
+		if info == nil {
 			klog.InfoS("WARNING: a pause-less sandbox's checkpoint has labels netshim cannot decode; listing it from the checkpoint alone", "podSandboxID", cp.SandboxID)
 			continue
 		}
@@ -330,7 +331,7 @@ func (c pauselessSandboxes) restore() {
 		if _, ok := ds.pinnedNetNS(cp); cp.Pauseless.Stopped || !ok {
 			state = store.StateExited
 		}
-		ds.store().Put(pauselessRecord(cp, extra, state))
+		ds.store().Put(pauselessRecord(cp, info, state))
 	}
 	if len(cps) > 0 {
 		klog.InfoS("Restored pause-less sandboxes from their checkpoints", "count", len(cps))

@@ -20,6 +20,7 @@ import (
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -227,9 +228,9 @@ func TestPauselessSandboxLifecycle(t *testing.T) {
 	if !maps.Equal(pl.Sysctls, cfg.Linux.Sysctls) {
 		t.Errorf("checkpoint sysctls %v, want %v", pl.Sysctls, cfg.Linux.Sysctls)
 	}
-	if kind, extra := decodeOwned(id, pl.Labels); kind != store.KindSandbox {
+	if info, _ := labelcodec.Decode(id, pl.Labels); info == nil {
 		t.Errorf("checkpoint labels %v do not decode as a sandbox's", pl.Labels)
-	} else if info := extra.(*sandboxInfo); info.metadata.Name != "web" || info.metadata.Uid != "uid-web" || !maps.Equal(info.labels, cfg.Labels) {
+	} else if info.Metadata.Name != "web" || info.Metadata.Uid != "uid-web" || !maps.Equal(info.Labels, cfg.Labels) {
 		t.Errorf("checkpoint labels decode to %+v", info)
 	}
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -40,7 +41,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		return nil, err
 	}
 	md := cfg.GetMetadata()
-	name := sandboxContainerName(md)
+	name := labelcodec.SandboxName(md)
 	release, err := ds.reserveName(name)
 	if err != nil {
 		return nil, err
@@ -192,7 +193,7 @@ func (ds *DockerService) existingSandbox(ctx context.Context, name string, md *r
 	if err != nil {
 		return nil, fmt.Errorf("a container named %s exists but cannot be inspected: %w", name, err)
 	}
-	if c.Config == nil || c.Config.Labels[labelType] != typeSandbox {
+	if c.Config == nil || c.Config.Labels[labelcodec.LabelType] != labelcodec.TypeSandbox {
 		return nil, crirpc.WithCode(codes.AlreadyExists, fmt.Errorf("a container named %s (%s) exists that netshim does not own; remove it first", name, c.ID))
 	}
 	if c.State != nil && c.State.Running && ds.sandboxReady(c.ID) {
@@ -215,7 +216,7 @@ func (ds *DockerService) reserveName(name string) (func(), error) {
 // sandboxDockerConfig maps a CRI sandbox config to Docker's; cgroupParent
 // is the config's in Docker's form (dockerCgroupParent).
 func (ds *DockerService) sandboxDockerConfig(cfg *runtimeapi.PodSandboxConfig, runtimeHandler, cgroupParent string) (*container.Config, *container.HostConfig, error) {
-	labels, err := sandboxLabels(cfg, runtimeHandler)
+	labels, err := labelcodec.SandboxLabels(cfg, runtimeHandler)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -83,7 +83,7 @@ func (ds *DockerService) sandboxesMatching(idPrefix string, selector map[string]
 	recs := ds.store().List(store.KindSandbox)
 	out := recs[:0]
 	for _, rec := range recs {
-		if strings.HasPrefix(rec.ID, idPrefix) && matchesSelector(sandboxInfoOf(rec).labels, selector) {
+		if strings.HasPrefix(rec.ID, idPrefix) && matchesSelector(rec.SandboxInfo().Labels, selector) {
 			out = append(out, rec)
 		}
 	}
@@ -120,7 +120,7 @@ func (ds *DockerService) samplePod(ref sandboxRef) *podSample {
 	s := ds.containers.stats
 	ps := &podSample{id: ref.id, sandbox: ref.rec, samples: map[string]cgroupSample{}}
 	if ref.rec != nil {
-		ps.metadata = sandboxInfoOf(ref.rec).metadata
+		ps.metadata = ref.rec.SandboxInfo().Metadata
 		if paths, ok := s.containerCgroup(ref.rec); ok {
 			ps.infra = cgroupSample{paths: paths}
 		}
@@ -235,8 +235,8 @@ func (s *statsReader) podStats(ps *podSample, now time.Time) *runtimeapi.PodSand
 	ts := now.UnixNano()
 	attrs := &runtimeapi.PodSandboxAttributes{Id: ps.id, Metadata: ps.metadata}
 	if ps.sandbox != nil {
-		info := sandboxInfoOf(ps.sandbox)
-		attrs.Labels, attrs.Annotations = info.labels, info.annotations
+		info := ps.sandbox.SandboxInfo()
+		attrs.Labels, attrs.Annotations = info.Labels, info.Annotations
 	}
 	// kubelet reads Linux.Containers with no nil check: Linux is always
 	// there.

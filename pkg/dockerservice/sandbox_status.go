@@ -38,15 +38,15 @@ func (ds *DockerService) sandboxStatusOf(ref sandboxRef) *runtimeapi.PodSandboxS
 	st := &runtimeapi.PodSandboxStatus{Id: ref.id, State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY}
 	nsOpts := &runtimeapi.NamespaceOption{}
 	if ref.rec != nil {
-		info := sandboxInfoOf(ref.rec)
-		st.Metadata = info.metadata
-		st.Labels, st.Annotations = info.labels, info.annotations
-		st.RuntimeHandler = info.runtimeHandler
+		info := ref.rec.SandboxInfo()
+		st.Metadata = info.Metadata
+		st.Labels, st.Annotations = info.Labels, info.Annotations
+		st.RuntimeHandler = info.RuntimeHandler
 		st.CreatedAt = ref.rec.CreatedAt
 		// The state and the IPs come from one checkpoint: read twice, a
 		// setup finishing in between reads READY with no IP.
 		st.State = stateOf(ref.rec.Running(), ref.cp)
-		nsOpts = info.nsOptions
+		nsOpts = info.NamespaceOptions
 	} else {
 		st.Metadata = &runtimeapi.PodSandboxMetadata{Name: ref.cp.Name, Namespace: ref.cp.Namespace, Uid: ref.cp.UID, Attempt: ref.cp.Attempt}
 		st.CreatedAt = ref.cp.CreatedAt

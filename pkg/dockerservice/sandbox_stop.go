@@ -77,7 +77,7 @@ func (r sandboxRef) hostNetwork() bool {
 	if r.cp != nil {
 		return r.cp.HostNetwork
 	}
-	return r.rec != nil && sandboxInfoOf(r.rec).nsOptions.GetNetwork() == runtimeapi.NamespaceMode_NODE
+	return r.rec != nil && r.rec.SandboxInfo().NamespaceOptions.GetNetwork() == runtimeapi.NamespaceMode_NODE
 }
 
 // needsTearDown is true until a teardown is known to have succeeded. With
@@ -96,7 +96,7 @@ func (r sandboxRef) checkpointOrLabels() *checkpoint.PodSandbox {
 	if r.cp != nil {
 		return r.cp
 	}
-	md := sandboxInfoOf(r.rec).metadata
+	md := r.rec.SandboxInfo().Metadata
 	// A pinned netns is named on the container too (sandbox_netns.go):
 	// a sandbox whose checkpoint was never written (netshim killed
 	// between the create and the write) still has its file removed.

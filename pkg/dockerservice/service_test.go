@@ -21,6 +21,7 @@ import (
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -604,7 +605,7 @@ func TestUpdateRuntimeConfigSendsPodCIDR(t *testing.T) {
 
 func TestConcurrentRunSameNameIsRefused(t *testing.T) {
 	e := newTestEnv(t)
-	release, err := e.ds.reserveName(sandboxContainerName(podConfig("c").Metadata))
+	release, err := e.ds.reserveName(labelcodec.SandboxName(podConfig("c").Metadata))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package dockerservice
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/index"
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
@@ -30,7 +32,7 @@ func ownedFilter(adopt bool) filters.Args {
 	if adopt {
 		return filters.NewArgs()
 	}
-	return filters.NewArgs(filters.Arg("label", labelType))
+	return filters.NewArgs(filters.Arg("label", labelcodec.LabelType))
 }
 
 // newIndex builds the index over Docker with this package's decoder.
@@ -143,11 +145,11 @@ func recordFromInspect(c container.InspectResponse) *store.Record {
 	if c.ContainerJSONBase == nil || c.Config == nil {
 		return nil
 	}
-	kind, extra := decodeOwned(c.ID, c.Config.Labels)
-	if kind == 0 {
+	sb, ctr := labelcodec.Decode(c.ID, c.Config.Labels)
+	if sb == nil && ctr == nil {
 		return nil
 	}
-	return newRecord(c, kind, extra, c.Config.Labels[labelSandboxID])
+	return newRecord(c, sb, ctr, c.Config.Labels[labelcodec.LabelSandboxID])
 }
 
 // recordFromInspectAdopting is recordFromInspect that also takes the
@@ -157,32 +159,42 @@ func recordFromInspectAdopting(c container.InspectResponse) *store.Record {
 	if c.ContainerJSONBase == nil || c.Config == nil {
 		return nil
 	}
-	if kindFromLabels(c.Config.Labels) != 0 {
+	if labelcodec.Claimed(c.Config.Labels) {
 		return recordFromInspect(c)
 	}
-	kind, extra, err := decodeCRIDockerd(c)
+	sb, ctr, err := labelcodec.DecodeCRIDockerd(c)
 	if err != nil {
 		klog.InfoS("Ignoring a container labelled as cri-dockerd's: its name or labels are not what cri-dockerd writes", "containerID", c.ID, "err", err)
 		return nil
 	}
-	if kind == 0 {
-		return nil
+	switch {
+	case sb != nil:
+		return newRecord(c, sb, nil, "")
+	case ctr != nil:
+		return newRecord(c, nil, ctr, c.Config.Labels[labelcodec.CRIDockerdLabelSandboxID])
 	}
-	sandboxID := ""
-	if kind == store.KindContainer {
-		sandboxID = c.Config.Labels[criDockerdLabelSandboxID]
-	}
-	return newRecord(c, kind, extra, sandboxID)
+	return nil
 }
 
-// newRecord is the index record of a container of the given kind, with
-// its decoded labels.
-func newRecord(c container.InspectResponse, kind store.Kind, extra any, sandboxID string) *store.Record {
+// newRecord is the index record of a sandbox (sb set) or a workload
+// container (ctr set), with its decoded labels.
+func newRecord(c container.InspectResponse, sb *labelcodec.Sandbox, ctr *labelcodec.Container, sandboxID string) *store.Record {
 	labels := c.Config.Labels
+	kind := store.KindSandbox
+	if ctr != nil {
+		kind = store.KindContainer
+		if c.HostConfig != nil {
+			// The current limits, which UpdateContainerResources
+			// changes and labels cannot follow.
+			ctr = ctr.WithResources(resourcesFromHostConfig(c.HostConfig))
+		}
+	}
 	r := &store.Record{
 		ID:           c.ID,
 		Kind:         kind,
-		Name:         trimSlash(c.Name),
+		Sandbox:      sb,
+		Container:    ctr,
+		Name:         strings.TrimPrefix(c.Name, "/"),
 		SandboxID:    sandboxID,
 		DockerLabels: labels,
 		Image:        c.Config.Image,
@@ -199,15 +211,7 @@ func newRecord(c container.InspectResponse, kind store.Kind, extra any, sandboxI
 		r.Error = st.Error
 	}
 	r.WritableLayerDir = writableLayerDir(c)
-	r.Extra = withHostConfig(extra, c.HostConfig)
 	return r
-}
-
-func trimSlash(name string) string {
-	if len(name) > 0 && name[0] == '/' {
-		return name[1:]
-	}
-	return name
 }
 
 // parseDockerTime parses Docker's RFC 3339 timestamps; Docker's zero time

@@ -13,6 +13,8 @@ import (
 	"maps"
 	"strings"
 	"sync"
+
+	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 )
 
 // Kind tells sandboxes from workload containers.
@@ -58,15 +60,37 @@ type Record struct {
 	// WritableLayerDir is the container's writable layer on the host
 	// when Docker's inspect reports it (overlay2's UpperDir), else "".
 	WritableLayerDir string
-	// Extra carries runtime-specific decoded data (e.g. parsed CRI
-	// labels); the store never looks inside.
-	Extra any
+	// Sandbox and Container are the record's decoded labels
+	// (pkg/dockerservice/labelcodec): Sandbox on a sandbox's record,
+	// Container on a workload container's, nil when they could not be
+	// decoded. Read them through SandboxInfo and ContainerInfo; the store
+	// never looks inside.
+	Sandbox   *labelcodec.Sandbox
+	Container *labelcodec.Container
 	// Local marks a record netshim keeps for something that is not a
 	// Docker container (a pause-less sandbox): Docker's listings never
 	// drop it, only Delete does.
 	Local bool
 
 	gen uint64
+}
+
+// SandboxInfo is the record's decoded sandbox labels, empty (never nil)
+// when it has none.
+func (r *Record) SandboxInfo() *labelcodec.Sandbox {
+	if r.Sandbox != nil {
+		return r.Sandbox
+	}
+	return labelcodec.EmptySandbox()
+}
+
+// ContainerInfo is the record's decoded container labels, empty (never
+// nil) when it has none.
+func (r *Record) ContainerInfo() *labelcodec.Container {
+	if r.Container != nil {
+		return r.Container
+	}
+	return labelcodec.EmptyContainer()
 }
 
 // Running reports whether the container's process is alive.

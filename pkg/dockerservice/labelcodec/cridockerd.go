@@ -1,4 +1,4 @@
-package dockerservice
+package labelcodec
 
 import (
 	"fmt"
@@ -9,15 +9,13 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // Taking over a node from cri-dockerd (--adopt-cri-dockerd): netshim reads
 // the sandboxes and containers cri-dockerd made on the same engine as its
 // own, so that kubelet, pointed at netshim, finds every pod as it left it
 // and restarts none. This file decodes what cri-dockerd put on its
-// containers; adopt.go takes over their checkpoints and log files.
+// containers; pkg/dockerservice's adopt.go takes over their checkpoints and log files.
 //
 // cri-dockerd (like dockershim before it) keeps nothing of its own about a
 // container beyond Docker: the CRI metadata is in the container's name
@@ -33,75 +31,65 @@ import (
 // relies on (type, sandbox ID, log path) it sets on every container, so
 // the container's values win over any an image brings.
 const (
-	criDockerdLabelType      = "io.kubernetes.docker.type"
-	criDockerdLabelLogPath   = "io.kubernetes.container.logpath"
-	criDockerdLabelSandboxID = "io.kubernetes.sandbox.id"
-	// criDockerdLabelContainerName is a kubelet label; cri-dockerd adds it
+	CRIDockerdLabelType      = "io.kubernetes.docker.type"
+	CRIDockerdLabelLogPath   = "io.kubernetes.container.logpath"
+	CRIDockerdLabelSandboxID = "io.kubernetes.sandbox.id"
+	// CRIDockerdLabelContainerName is a kubelet label; cri-dockerd adds it
 	// ("POD") to sandboxes and hides it from their CRI labels.
-	criDockerdLabelContainerName = "io.kubernetes.container.name"
+	CRIDockerdLabelContainerName = "io.kubernetes.container.name"
 	criDockerdAnnotationPrefix   = "annotation."
 	criDockerdNamePrefix         = "k8s"
 	criDockerdSandboxName        = "POD"
 )
 
-// criDockerdKind is the kind cri-dockerd's type label claims; 0 when the
-// container is not one of its sandboxes or containers.
-func criDockerdKind(labels map[string]string) store.Kind {
-	switch labels[criDockerdLabelType] {
-	case typeSandbox:
-		return store.KindSandbox
-	case typeContainer:
-		return store.KindContainer
-	}
-	return 0
-}
-
-// decodeCRIDockerd decodes a container cri-dockerd made. It returns kind 0
-// for one that is not, or whose name or labels do not say what cri-dockerd
-// always writes: such a container is left alone rather than shown with
-// made-up metadata.
-func decodeCRIDockerd(c container.InspectResponse) (store.Kind, any, error) {
-	kind := criDockerdKind(c.Config.Labels)
-	if kind == 0 {
-		return 0, nil, nil
-	}
+// DecodeCRIDockerd decodes a container cri-dockerd made: a sandbox or a
+// container, the other nil. It returns neither for a container that is
+// not cri-dockerd's, and an error for one whose name or labels do not say
+// what cri-dockerd always writes: such a container is left alone rather
+// than shown with made-up metadata.
+func DecodeCRIDockerd(c container.InspectResponse) (*Sandbox, *Container, error) {
 	labels := c.Config.Labels
-	parts, err := splitCRIDockerdName(c.Name)
+	typ := labels[CRIDockerdLabelType]
+	if typ != TypeSandbox && typ != TypeContainer {
+		return nil, nil, nil
+	}
+	name := strings.TrimPrefix(c.Name, "/")
+	parts, err := splitCRIDockerdName(name)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	attempt, err := strconv.ParseUint(parts[5], 10, 32)
 	if err != nil {
-		return 0, nil, fmt.Errorf("container name %q: attempt %q is not a number", trimSlash(c.Name), parts[5])
+		return nil, nil, fmt.Errorf("container name %q: attempt %q is not a number", name, parts[5])
 	}
-	criLabels, annotations := splitCRIDockerdLabels(labels, kind)
-	if kind == store.KindSandbox {
+	criLabels, annotations := splitCRIDockerdLabels(labels, typ == TypeSandbox)
+	if typ == TypeSandbox {
 		if parts[1] != criDockerdSandboxName {
-			return 0, nil, fmt.Errorf("container name %q: a sandbox's name has %q where %q is expected", trimSlash(c.Name), parts[1], criDockerdSandboxName)
+			return nil, nil, fmt.Errorf("container name %q: a sandbox's name has %q where %q is expected", name, parts[1], criDockerdSandboxName)
 		}
-		return kind, &sandboxInfo{
-			metadata:    &runtimeapi.PodSandboxMetadata{Name: parts[2], Namespace: parts[3], Uid: parts[4], Attempt: uint32(attempt)},
-			labels:      criLabels,
-			annotations: annotations,
-			nsOptions:   criDockerdNamespaces(c.HostConfig),
-			adopted:     true,
-		}, nil
+		return &Sandbox{
+			Metadata:         &runtimeapi.PodSandboxMetadata{Name: parts[2], Namespace: parts[3], Uid: parts[4], Attempt: uint32(attempt)},
+			Labels:           criLabels,
+			Annotations:      annotations,
+			NamespaceOptions: criDockerdNamespaces(c.HostConfig),
+			Adopted:          true,
+		}, nil, nil
 	}
-	if labels[criDockerdLabelSandboxID] == "" {
-		return 0, nil, fmt.Errorf("container %q has no label %s", trimSlash(c.Name), criDockerdLabelSandboxID)
+	if labels[CRIDockerdLabelSandboxID] == "" {
+		return nil, nil, fmt.Errorf("container %q has no label %s", name, CRIDockerdLabelSandboxID)
 	}
-	return kind, &containerInfo{
-		metadata:      &runtimeapi.ContainerMetadata{Name: parts[1], Attempt: uint32(attempt)},
-		labels:        criLabels,
-		annotations:   annotations,
-		image:         &runtimeapi.ImageSpec{Image: c.Config.Image},
-		imageRef:      c.Image,
-		logPath:       labels[criDockerdLabelLogPath],
-		mounts:        criMountsFromDocker(c.Mounts),
-		tty:           c.Config.Tty,
-		stopSignal:    criSignal(c.Config.StopSignal),
-		adopted:       true,
-		dockerLogPath: c.LogPath,
+	return nil, &Container{
+		Metadata:      &runtimeapi.ContainerMetadata{Name: parts[1], Attempt: uint32(attempt)},
+		Labels:        criLabels,
+		Annotations:   annotations,
+		Image:         &runtimeapi.ImageSpec{Image: c.Config.Image},
+		ImageRef:      c.Image,
+		LogPath:       labels[CRIDockerdLabelLogPath],
+		Mounts:        criMountsFromDocker(c.Mounts),
+		TTY:           c.Config.Tty,
+		StopSignal:    CRISignal(c.Config.StopSignal),
+		Adopted:       true,
+		DockerLogPath: c.LogPath,
 	}, nil
 }
 
@@ -109,7 +97,6 @@ func decodeCRIDockerd(c container.InspectResponse) (store.Kind, any, error) {
 // form into its six fields. cri-dockerd adds a random seventh one when a
 // name clashes; it is dropped.
 func splitCRIDockerdName(name string) ([]string, error) {
-	name = trimSlash(name)
 	parts := strings.Split(name, "_")
 	if len(parts) != 6 && len(parts) != 7 {
 		return nil, fmt.Errorf("container name %q is not of the form k8s_<container>_<pod>_<namespace>_<uid>_<attempt>", name)
@@ -123,13 +110,13 @@ func splitCRIDockerdName(name string) ([]string, error) {
 // splitCRIDockerdLabels returns the CRI labels and annotations of a
 // cri-dockerd container: every Docker label but cri-dockerd's own, the
 // "annotation."-prefixed ones being annotations.
-func splitCRIDockerdLabels(dockerLabels map[string]string, kind store.Kind) (criLabels, annotations map[string]string) {
+func splitCRIDockerdLabels(dockerLabels map[string]string, sandbox bool) (criLabels, annotations map[string]string) {
 	criLabels = map[string]string{}
 	annotations = map[string]string{}
 	for k, v := range dockerLabels {
 		switch {
-		case k == criDockerdLabelType || k == criDockerdLabelLogPath || k == criDockerdLabelSandboxID:
-		case k == criDockerdLabelContainerName && kind == store.KindSandbox:
+		case k == CRIDockerdLabelType || k == CRIDockerdLabelLogPath || k == CRIDockerdLabelSandboxID:
+		case k == CRIDockerdLabelContainerName && sandbox:
 		default:
 			if name, ok := strings.CutPrefix(k, criDockerdAnnotationPrefix); ok {
 				annotations[name] = v
