@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
@@ -210,8 +211,8 @@ func (ds *DockerService) nameConflict(ctx context.Context, name string, err erro
 // normalised as ListImages gives them: Docker reports familiar names
 // ("busybox@sha256:…"), whichever name the image was asked by.
 func imageRef(img image.InspectResponse, requested string) string {
-	_, digests := repoRefs(nil, img.RepoDigests)
-	if named, err := reference.ParseNormalizedNamed(requested); err == nil && !isImageID(requested) {
+	_, digests := imageref.RepoRefs(nil, img.RepoDigests)
+	if named, err := reference.ParseNormalizedNamed(requested); err == nil && !imageref.IsID(requested) {
 		for _, d := range digests {
 			if n, err := reference.ParseNormalizedNamed(d); err == nil && n.Name() == named.Name() {
 				return d

@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 )
 
 // Image volumes (KEP 4639): a CRI mount with an image instead of a host
@@ -34,7 +35,7 @@ func validateImageMount(what string, m *runtimeapi.Mount) error {
 	if m.GetHostPath() != "" {
 		return crirpc.InvalidArgf("%s: mount %s has both a host path and an image; an image volume has no host path", what, dst)
 	}
-	if _, err := imageLookupRef(m.GetImage().GetImage()); err != nil {
+	if _, err := imageref.LookupRef(m.GetImage().GetImage()); err != nil {
 		return crirpc.InvalidArgf("%s: image volume %s: %v", what, dst, err)
 	}
 	if p := m.GetImageSubPath(); p != "" && !filepath.IsLocal(p) {

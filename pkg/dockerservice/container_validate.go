@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
@@ -38,7 +39,7 @@ func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
 		return err
 	}
 	what := "container " + name
-	if _, err := imageLookupRef(cfg.GetImage().GetImage()); err != nil {
+	if _, err := imageref.LookupRef(cfg.GetImage().GetImage()); err != nil {
 		return crirpc.InvalidArgf("%s: %v", what, err)
 	}
 	if err := validateLabelSize(what, cfg.GetLabels(), cfg.GetAnnotations()); err != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 )
 
 // ensureImage makes sure ref is present locally, pulling it only when
@@ -47,7 +48,7 @@ func (ds *DockerService) markImagePresent(refs ...string) { ds.images.present.ma
 func (ds *DockerService) forgetImageRefs(gone map[string]bool) {
 	ds.images.present.forgetIf(func(key string) bool {
 		norm := key
-		if named, err := normalizeImageName(key); err == nil {
+		if named, err := imageref.NormalizeName(key); err == nil {
 			norm = named.String()
 		}
 		return gone[key] || gone[norm]

@@ -6,6 +6,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 )
 
 // PullImage pulls an image, with the request's credentials if any, and
@@ -24,7 +26,7 @@ import (
 // given and normalised.
 func (ds *DockerService) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	spec := req.GetImage().GetImage()
-	named, err := imagePullRef(spec)
+	named, err := imageref.PullRef(spec)
 	if err != nil {
 		return nil, err
 	}

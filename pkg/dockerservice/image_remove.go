@@ -8,6 +8,8 @@ import (
 	"github.com/docker/docker/api/types/image"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 )
 
 // RemoveImage removes the image a spec names (kubelet passes its ID, crictl
@@ -23,7 +25,7 @@ import (
 // says which container.
 func (ds *DockerService) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	spec := req.GetImage().GetImage()
-	ref, err := imageLookupRef(spec)
+	ref, err := imageref.LookupRef(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +37,7 @@ func (ds *DockerService) RemoveImage(ctx context.Context, req *runtimeapi.Remove
 	if err != nil {
 		return nil, fmt.Errorf("inspecting image %s: %w", ref, err)
 	}
-	tags, digests := repoRefs(ins.RepoTags, ins.RepoDigests)
+	tags, digests := imageref.RepoRefs(ins.RepoTags, ins.RepoDigests)
 	gone := map[string]bool{spec: true, ref: true, ins.ID: true}
 	for _, r := range append(tags, digests...) {
 		gone[r] = true

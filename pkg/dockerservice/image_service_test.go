@@ -19,6 +19,8 @@ import (
 	"github.com/netshim/netshim/internal/fakedocker"
 )
 
+const testDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
 // fakeImageID makes a Docker-style image ID.
 func fakeImageID(seed string) string {
 	sum := sha256.Sum256([]byte(seed))

@@ -13,13 +13,14 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 )
 
 // ImageStatus returns the image a spec names, or no image (not an error)
 // when it does not exist. With verbose, Info["info"] holds Docker's image
 // inspect document as JSON.
 func (ds *DockerService) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
-	ref, err := imageLookupRef(req.GetImage().GetImage())
+	ref, err := imageref.LookupRef(req.GetImage().GetImage())
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +134,7 @@ func appendMissing(dst []string, add ...string) []string {
 
 // inspectedImage is what the CRI image is made of, from an inspect.
 func inspectedImage(ins image.InspectResponse, listed string) cachedImage {
-	tags, digests := repoRefs(ins.RepoTags, ins.RepoDigests)
+	tags, digests := imageref.RepoRefs(ins.RepoTags, ins.RepoDigests)
 	return cachedImage{user: configUser(ins), size: ins.Size, tags: tags, digests: digests, listed: listed}
 }
 
@@ -151,7 +152,7 @@ func (ds *DockerService) criImage(id string, info cachedImage) *runtimeapi.Image
 	if info.size > 0 {
 		img.Size = uint64(info.size)
 	}
-	uid, username := imageUser(info.user)
+	uid, username := imageref.User(info.user)
 	if uid != nil {
 		img.Uid = &runtimeapi.Int64Value{Value: *uid}
 	}
@@ -163,7 +164,7 @@ func (ds *DockerService) isPodInfraImage(tags, digests []string) bool {
 	if ds.cfg.PodInfraImage == "" {
 		return false
 	}
-	named, err := normalizeImageName(ds.cfg.PodInfraImage)
+	named, err := imageref.NormalizeName(ds.cfg.PodInfraImage)
 	if err != nil {
 		return false
 	}
@@ -192,7 +193,7 @@ func imageMatcher(spec string) (func(id string, tags, digests []string) bool, er
 		return func(string, []string, []string) bool { return true }, nil
 	}
 	var idPrefix string
-	if isImageID(spec) {
+	if imageref.IsID(spec) {
 		idPrefix = "sha256:" + strings.TrimPrefix(spec, "sha256:")
 	}
 	var named reference.Named

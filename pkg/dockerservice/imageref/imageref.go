@@ -1,4 +1,7 @@
-package dockerservice
+// Package imageref is image references as kubelet and Docker read them:
+// a CRI image spec turned into what netshim asks Docker for (a lookup or a
+// pull), and the names Docker reports turned into the CRI's.
+package imageref
 
 import (
 	"regexp"
@@ -10,8 +13,6 @@ import (
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
-// Image references, as kubelet and Docker read them.
-//
 // A CRI image spec is one of:
 //   - a name, possibly familiar: "busybox", "busybox:1.36",
 //     "registry.k8s.io/pause:3.10", "repo@sha256:<digest>";
@@ -30,12 +31,12 @@ import (
 // by handing it over untouched.
 var imageIDRE = regexp.MustCompile(`^(sha256:)?[0-9a-f]{1,64}$`)
 
-// isImageID reports whether s is an image ID or ID prefix rather than a name.
-func isImageID(s string) bool { return imageIDRE.MatchString(s) }
+// IsID reports whether s is an image ID or ID prefix rather than a name.
+func IsID(s string) bool { return imageIDRE.MatchString(s) }
 
-// normalizeImageName parses a name as kubelet does and adds ":latest" when
+// NormalizeName parses a name as kubelet does and adds ":latest" when
 // it has neither tag nor digest. Unparsable input is InvalidArgument.
-func normalizeImageName(s string) (reference.Named, error) {
+func NormalizeName(s string) (reference.Named, error) {
 	if s == "" {
 		return nil, crirpc.InvalidArgf("image spec is empty: an image name or ID is required")
 	}
@@ -46,33 +47,33 @@ func normalizeImageName(s string) (reference.Named, error) {
 	return reference.TagNameOnly(named), nil
 }
 
-// imageLookupRef turns a CRI image spec into what netshim asks Docker for
+// LookupRef turns a CRI image spec into what netshim asks Docker for
 // when it looks an image up: IDs and ID prefixes as given, names
 // normalised.
-func imageLookupRef(spec string) (string, error) {
+func LookupRef(spec string) (string, error) {
 	if spec == "" {
 		return "", crirpc.InvalidArgf("image spec is empty: an image name or ID is required")
 	}
-	if isImageID(spec) {
+	if IsID(spec) {
 		return spec, nil
 	}
 	if strings.HasPrefix(spec, "sha256:") {
 		return "", crirpc.InvalidArgf("invalid image ID %q: want sha256: followed by up to 64 lowercase hex digits", spec)
 	}
-	named, err := normalizeImageName(spec)
+	named, err := NormalizeName(spec)
 	if err != nil {
 		return "", err
 	}
 	return named.String(), nil
 }
 
-// imagePullRef turns a CRI image spec into the normalised reference to
+// PullRef turns a CRI image spec into the normalised reference to
 // pull. An image ID cannot be pulled.
-func imagePullRef(spec string) (reference.Named, error) {
-	if strings.HasPrefix(spec, "sha256:") || (len(spec) == 64 && isImageID(spec)) {
+func PullRef(spec string) (reference.Named, error) {
+	if strings.HasPrefix(spec, "sha256:") || (len(spec) == 64 && IsID(spec)) {
 		return nil, crirpc.InvalidArgf("cannot pull image %q: it is an image ID; pull a name (repo[:tag] or repo@digest)", spec)
 	}
-	return normalizeImageName(spec)
+	return NormalizeName(spec)
 }
 
 // normalizeRepoRef normalises a reference Docker reports in RepoTags or
@@ -86,7 +87,7 @@ func normalizeRepoRef(s string) string {
 	return named.String()
 }
 
-// repoRefs returns Docker's RepoTags and RepoDigests normalised, without
+// RepoRefs returns Docker's RepoTags and RepoDigests normalised, without
 // the "<none>:<none>" / "<none>@<none>" placeholders older engines report.
 //
 // Both image stores report familiar names ("busybox:1.36"; Docker 29's
@@ -100,7 +101,7 @@ func normalizeRepoRef(s string) string {
 // image locality) and the recovery of interrupted pull records compare
 // names as strings, and there a short name misses a fully qualified one as
 // it does on containerd nodes.
-func repoRefs(tags, digests []string) (outTags, outDigests []string) {
+func RepoRefs(tags, digests []string) (outTags, outDigests []string) {
 	for _, t := range tags {
 		if t == "<none>:<none>" {
 			continue
@@ -116,10 +117,10 @@ func repoRefs(tags, digests []string) (outTags, outDigests []string) {
 	return outTags, outDigests
 }
 
-// imageUser splits an image config's User ("uid", "name", "uid:gid",
+// User splits an image config's User ("uid", "name", "uid:gid",
 // "name:group") into the CRI's uid or username: a numeric user gives a
 // uid, anything else a username; an empty user gives neither.
-func imageUser(user string) (uid *int64, username string) {
+func User(user string) (uid *int64, username string) {
 	u, _, _ := strings.Cut(user, ":")
 	if u == "" {
 		return nil, ""
