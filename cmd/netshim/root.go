@@ -16,6 +16,7 @@ import (
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/cni"
 	"github.com/netshim/netshim/pkg/dockerservice"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/kubenet"
 	"github.com/netshim/netshim/pkg/layerusage"
 	"github.com/netshim/netshim/pkg/metrics"
@@ -95,7 +96,7 @@ func run(ctx context.Context, opts *options) error {
 	if oomFloor != nil {
 		klog.InfoS("WARNING: negative oom_score_adj values will be clamped (netshim lacks CAP_SYS_RESOURCE, or --restrict-oom-score-adj=true)", "floor", *oomFloor)
 	}
-	rawClient, err := dockerservice.NewDockerClient(opts.dockerEndpoint)
+	rawClient, err := engine.NewClient(opts.dockerEndpoint)
 	if err != nil {
 		return fmt.Errorf("creating Docker client for %s: %w", opts.dockerEndpoint, err)
 	}
@@ -105,7 +106,7 @@ func run(ctx context.Context, opts *options) error {
 	if opts.metricsBindAddress != "" {
 		m = metrics.New()
 	}
-	client := dockerservice.InstrumentDockerClient(rawClient, m)
+	client := engine.Instrument(rawClient, m)
 	checkpoints, err := checkpoint.NewManager(filepath.Join(opts.rootDir, "sandbox"))
 	if err != nil {
 		return fmt.Errorf("opening checkpoint store: %w", err)

@@ -3,7 +3,7 @@
 // the fake knows of Docker's behaviour is written, and corrected, once.
 //
 // Engine has the methods of the Docker client that netshim's packages use
-// (dockerservice.DockerClient, index.Client, streaming.DockerAPI). It keeps
+// (engine.Client, index.Client, streaming.DockerAPI). It keeps
 // its world and its knobs in a State, which tests read and change through
 // Engine.Do, under the engine's lock, so that a test may turn a knob while
 // the code under test is calling in from other goroutines.

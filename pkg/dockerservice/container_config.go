@@ -10,11 +10,11 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/strslice"
-	"github.com/docker/docker/api/types/versions"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -346,7 +346,7 @@ func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.P
 	if propagation != "" {
 		return mount.Mount{}, crirpc.InvalidArgf("mount %s: recursive read-only needs private propagation", dst)
 	}
-	if !apiAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
+	if !engine.APIAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
 		return mount.Mount{}, crirpc.InvalidArgf("mount %s: recursive read-only mounts need Docker API %s or later (Docker 25); this engine speaks %s", dst, minRecursiveReadOnlyAPI, apiVersion)
 	}
 	if relabel {
@@ -356,17 +356,10 @@ func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.P
 		BindOptions: &mount.BindOptions{ReadOnlyForceRecursive: true, CreateMountpoint: true}}, nil
 }
 
-// apiAtLeast reports whether the negotiated API version is want or newer.
-// An unknown version ("") counts as old: a newer field sent to an older
-// engine is ignored, or refused, rather than obeyed.
-func apiAtLeast(apiVersion, want string) bool {
-	return apiVersion != "" && !versions.LessThan(apiVersion, want)
-}
-
 // readOnlyNeedsNonRecursive reports whether a read-only bind must ask for
 // non-recursive read-only explicitly on this API version.
 func readOnlyNeedsNonRecursive(apiVersion string) bool {
-	return apiAtLeast(apiVersion, minReadOnlyNonRecursiveAPI)
+	return engine.APIAtLeast(apiVersion, minReadOnlyNonRecursiveAPI)
 }
 
 // sandboxFileBinds bind-mounts the sandbox's resolv.conf and hosts into the

@@ -83,7 +83,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err != nil {
 		return nil, err
 	}
-	apiVersion, err := ds.dockerAPIVersion(ctx)
+	apiVersion, err := ds.engine.APIVersion(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 )
 
@@ -51,7 +52,7 @@ func imageVolumeMount(m *runtimeapi.Mount, apiVersion string, seen map[string]bo
 	if !filepath.IsAbs(dst) {
 		return mount.Mount{}, crirpc.InvalidArgf("mount %q: the container path must be absolute", m.GetContainerPath())
 	}
-	if !apiAtLeast(apiVersion, minImageMountAPI) {
+	if !engine.APIAtLeast(apiVersion, minImageMountAPI) {
 		return mount.Mount{}, crirpc.InvalidArgf("mount %s: image volumes need Docker 28 (API %s) or later; this engine speaks API %s", dst, minImageMountAPI, apiVersion)
 	}
 	if m.GetHostPath() != "" {

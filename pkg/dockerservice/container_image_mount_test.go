@@ -59,7 +59,7 @@ func TestImageVolumeMountPerAPIVersion(t *testing.T) {
 
 func TestCreateContainerWithImageVolume(t *testing.T) {
 	e := newPodEnv(t)
-	e.ds.engine.versions.setAPI("1.48") // a Docker 28 engine
+	e.ds.engine.SetAPIVersion("1.48") // a Docker 28 engine
 
 	cfg := ctrConfig("vol")
 	cfg.Mounts = []*runtimeapi.Mount{imageVolume("/models", "usr/share"), {HostPath: "/data", ContainerPath: "/data"}}

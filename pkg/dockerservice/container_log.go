@@ -15,6 +15,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
@@ -236,7 +237,7 @@ const logStateTimeout = 10 * time.Second
 // logState reads a container's state for its log follower: whether more
 // output may come. Docker is asked rather than the index, which learns of
 // an exit from an event that may come after the end of the log stream.
-func logState(client DockerClient) crilog.StateFunc {
+func logState(client engine.Client) crilog.StateFunc {
 	return func(ctx context.Context, id string) crilog.ContainerState {
 		ctx, cancel := context.WithTimeout(ctx, logStateTimeout)
 		defer cancel()

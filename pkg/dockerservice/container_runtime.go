@@ -12,6 +12,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/procutil"
 )
 
@@ -55,7 +56,7 @@ type containerRuntime struct {
 	cgroupDriver string
 }
 
-func newContainerRuntime(client DockerClient, logOpts ...crilog.ManagerOption) *containerRuntime {
+func newContainerRuntime(client engine.Client, logOpts ...crilog.ManagerOption) *containerRuntime {
 	logs := crilog.NewManager(client, append([]crilog.ManagerOption{crilog.WithStateFunc(logState(client))}, logOpts...)...)
 	c := &containerRuntime{
 		logs:     logs,

@@ -15,7 +15,7 @@ import (
 // not negotiated yet, as when netshim starts against that engine.
 func (e *testEnv) useEngineAPI(v string) {
 	e.docker.Do(func(s *fakedocker.State) { s.APIVersion, s.ClientVersion = v, "" })
-	e.ds.engine.versions.setAPI("")
+	e.ds.engine.SetAPIVersion("")
 }
 
 // What a container is created with follows the API version negotiated
@@ -72,7 +72,7 @@ func TestCreateContainerNegotiatesAPIVersion(t *testing.T) {
 	t.Run("engine replaced by an older one", func(t *testing.T) {
 		e := newPodEnv(t)
 		e.useEngineAPI("1.52")
-		if v, err := e.ds.dockerAPIVersion(context.Background()); err != nil || v != fakedocker.ClientMaxAPI {
+		if v, err := e.ds.engine.APIVersion(context.Background()); err != nil || v != fakedocker.ClientMaxAPI {
 			t.Fatalf("version = %q, %v; want %s", v, err, fakedocker.ClientMaxAPI)
 		}
 		e.docker.Do(func(s *fakedocker.State) { s.APIVersion = "1.41" })

@@ -8,8 +8,6 @@ import (
 	"github.com/netshim/netshim/internal/testutil"
 )
 
-var _ DockerClient = (*fakedocker.Engine)(nil)
-
 // newFakeDocker is the shared fake engine as this package's tests use it:
 // an exec is reported finished a moment after its output ends, as Docker
 // does, so the exec code's wait for the exit code is exercised.

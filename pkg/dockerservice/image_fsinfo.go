@@ -122,7 +122,7 @@ type fsUsageCache struct {
 // settings, and in a driver directory what never changes once written.
 type fsMemo struct {
 	// storage is Docker's storage settings, read from its Info in the
-	// engine session engine (DockerService.engine.session): they change
+	// engine session engine (DockerService.engine.Session): they change
 	// only with a restart of dockerd, which ends the events stream and
 	// so the session.
 	storage storageSettings
@@ -238,7 +238,7 @@ func (ds *DockerService) storageSettings(ctx context.Context, memo *fsMemo, engi
 func (ds *DockerService) measureFsUsage(ctx context.Context, memo *fsMemo) (*fsStats, *fsMemo, error) {
 	// The session is read before the settings: if it ends meanwhile,
 	// the next measurement reads them again.
-	engine := ds.engine.session.Load()
+	engine := ds.engine.Session()
 	settings, err := ds.storageSettings(ctx, memo, engine)
 	if err != nil {
 		return nil, nil, err

@@ -24,7 +24,7 @@ const (
 // Version reports the Docker engine's version (cached when the events
 // stream connects) and the CRI version.
 func (ds *DockerService) Version(ctx context.Context, _ *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
-	v, _ := ds.engine.versions.get()
+	v, _ := ds.engine.Versions()
 	if v == "" {
 		sv, err := ds.engine.ServerVersion(ctx)
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 )
 
 // RuntimeClass support. A CRI runtime handler is a Docker runtime by name
@@ -249,7 +250,7 @@ const (
 // refuses the start unless the kernel has mount_setattr and the runtime's
 // OCI features list the "rro" mount option: each must be known to hold.
 func (r *engineRuntimes) recursiveReadOnly(handler, apiVersion string) (featureSupport, string) {
-	if !apiAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
+	if !engine.APIAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
 		return unsupported, fmt.Sprintf("this engine speaks Docker API %s; recursive read-only mounts need %s (Docker 25)", apiVersion, minRecursiveReadOnlyAPI)
 	}
 	if r == nil {
@@ -402,7 +403,7 @@ func (c *runtimeCatalog) await(ctx context.Context, done chan struct{}, wait tim
 // readEngineRuntimes is the catalog's read: docker info, with the API
 // version (negotiated first if that has not happened yet).
 func (ds *DockerService) readEngineRuntimes(ctx context.Context) (*engineRuntimes, error) {
-	api, err := ds.dockerAPIVersion(ctx)
+	api, err := ds.engine.APIVersion(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +417,7 @@ func (ds *DockerService) readEngineRuntimes(ctx context.Context) (*engineRuntime
 // liveAPIVersion is the API version negotiated now, else the one the
 // runtimes were read with: features follow the engine netshim talks to.
 func (ds *DockerService) liveAPIVersion(r *engineRuntimes) string {
-	_, v := ds.engine.versions.get()
+	_, v := ds.engine.Versions()
 	if v == "" && r != nil {
 		v = r.apiVersion
 	}
@@ -477,7 +478,7 @@ func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string
 // the mount mapping, which says so; what is not known is left to Docker.
 func (ds *DockerService) checkRecursiveReadOnlyMounts(ctx context.Context, mounts []*runtimeapi.Mount, handler, apiVersion string) error {
 	i := slices.IndexFunc(mounts, func(m *runtimeapi.Mount) bool { return m.GetRecursiveReadOnly() })
-	if i < 0 || !apiAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
+	if i < 0 || !engine.APIAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
 		return nil
 	}
 	r := ds.engine.runtimes.get(ctx, runtimesReadTimeout)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/crilog"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/dockerservice/index"
 	"github.com/netshim/netshim/pkg/dockerservice/podstate"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
@@ -83,7 +84,7 @@ type DockerService struct {
 	images imageState
 	// engine is the Docker engine: its client, and what netshim knows
 	// of it: its version, the negotiated API version, its runtimes
-	// (docker.go).
+	// (pkg/dockerservice/engine; the runtimes: runtime_handlers.go).
 	engine engineState
 	// streaming serves exec/attach/port-forward sessions (streaming.go).
 	streaming StreamingServer
@@ -128,13 +129,13 @@ func (ds *DockerService) store() *store.Store { return ds.index.Store() }
 // NewDockerService builds the service: it loads the checkpoints, then
 // selects and initialises the network plugin (which may call back into the
 // service as its network.Host).
-func NewDockerService(cfg Config, client DockerClient, checkpoints *checkpoint.Manager, plugins []network.NetworkPlugin) (*DockerService, error) {
+func NewDockerService(cfg Config, client engine.Client, checkpoints *checkpoint.Manager, plugins []network.NetworkPlugin) (*DockerService, error) {
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = 10 * time.Second
 	}
 	ds := &DockerService{
 		cfg:    cfg,
-		engine: engineState{DockerClient: client},
+		engine: engineState{Engine: engine.New(client)},
 		pods:   podstate.New(checkpoints),
 		pins: nsPinning{
 			pinning:           map[string]bool{},

@@ -187,7 +187,7 @@ func newTestEnvWith(t testing.TB, docker *fakedocker.Engine, mutate ...func(*Con
 	// cannot land among the ones a test counts, nor record the API version
 	// after a test changed the engine's (useEngineAPI).
 	testutil.Eventually(t, "the start-up API version negotiation", func() bool {
-		_, api := ds.engine.versions.get()
+		_, api := ds.engine.Versions()
 		return api != ""
 	})
 	return &testEnv{ds: ds, docker: docker, plugin: plugin, ckpt: ckpt, root: root}

@@ -41,7 +41,7 @@ func (ds *DockerService) newIndex() *index.Index {
 	if ds.cfg.AdoptCRIDockerd {
 		decode = recordFromInspectAdopting
 	}
-	return index.New(ds.engine.DockerClient, decode, index.Options{Filter: ownedFilter(ds.cfg.AdoptCRIDockerd), BeforeSynced: ds.beforeIndexSynced, OnSync: ds.onIndexSync, Metrics: ds.cfg.Metrics})
+	return index.New(ds.engine.Client, decode, index.Options{Filter: ownedFilter(ds.cfg.AdoptCRIDockerd), BeforeSynced: ds.beforeIndexSynced, OnSync: ds.onIndexSync, Metrics: ds.cfg.Metrics})
 }
 
 // Start keeps the index in sync with Docker until ctx ends. It returns once
@@ -91,11 +91,11 @@ func (ds *DockerService) beforeIndexSynced(ctx context.Context) {
 func (ds *DockerService) onIndexSync(ctx context.Context) {
 	// A new stream may be a new dockerd: what was read of the old one's
 	// settings is read again (image_fsinfo.go).
-	ds.engine.session.Add(1)
+	ds.engine.NextSession()
 	ds.refreshVersion(ctx)
 	nctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
-	if _, err := ds.negotiateAPIVersion(nctx); err != nil {
+	if _, err := ds.engine.Negotiate(nctx); err != nil {
 		klog.ErrorS(err, "Failed to negotiate the Docker API version; the next container create retries")
 	}
 }
@@ -233,5 +233,5 @@ func (ds *DockerService) refreshVersion(ctx context.Context) {
 		klog.ErrorS(err, "Failed to read Docker's version")
 		return
 	}
-	ds.engine.versions.setEngine(v.Version)
+	ds.engine.SetEngineVersion(v.Version)
 }

@@ -1,4 +1,4 @@
-package dockerservice
+package engine
 
 import (
 	"context"
@@ -15,18 +15,18 @@ import (
 	"github.com/netshim/netshim/pkg/metrics"
 )
 
-func TestInstrumentDockerClientNilMetricsIsTheClient(t *testing.T) {
-	f := newFakeDocker()
-	if got := InstrumentDockerClient(f, nil); got != DockerClient(f) {
+func TestInstrumentNilMetricsIsTheClient(t *testing.T) {
+	f := fakedocker.New()
+	if got := Instrument(f, nil); got != Client(f) {
 		t.Errorf("with nil metrics: got a %T, want the client itself", got)
 	}
 }
 
-func TestInstrumentDockerClientTimesEveryCall(t *testing.T) {
-	f := newFakeDocker()
+func TestInstrumentTimesEveryCall(t *testing.T) {
+	f := fakedocker.New()
 	f.Do(func(s *fakedocker.State) { s.PingErr = errors.New("engine down") })
 	m := metrics.New()
-	c := InstrumentDockerClient(f, m)
+	c := Instrument(f, m)
 	ctx := context.Background()
 
 	calls := map[string]func(){
@@ -64,11 +64,11 @@ func TestInstrumentDockerClientTimesEveryCall(t *testing.T) {
 		"ContainerExecInspect": func() { _, _ = c.ContainerExecInspect(ctx, "no-such-exec") },
 		"ContainerRemove":      func() { _ = c.ContainerRemove(ctx, "c1", container.RemoveOptions{Force: true}) },
 	}
-	// Every method of DockerClient that calls the engine is in the table:
+	// Every method of Client that calls the engine is in the table:
 	// all but ClientVersion and NegotiateAPIVersionPing (no call) and
 	// Events (a stream as long as the daemon).
-	if want := reflect.TypeFor[DockerClient]().NumMethod() - 3; len(calls) != want {
-		t.Fatalf("table has %d calls, DockerClient has %d timed methods", len(calls), want)
+	if want := reflect.TypeFor[Client]().NumMethod() - 3; len(calls) != want {
+		t.Fatalf("table has %d calls, Client has %d timed methods", len(calls), want)
 	}
 	for name, call := range calls {
 		call()
