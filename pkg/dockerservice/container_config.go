@@ -34,9 +34,6 @@ const (
 	dockerLogMaxSize  = "10m"
 	dockerLogMaxFiles = "3"
 
-	// minRecursiveReadOnlyAPI is the first Docker API with recursive
-	// read-only bind mounts (BindOptions.ReadOnlyForceRecursive).
-	minRecursiveReadOnlyAPI = "1.44"
 	// minReadOnlyNonRecursiveAPI is the first Docker API (Docker 25) that
 	// makes a read-only bind recursively read-only by default, and with
 	// it BindOptions.ReadOnlyNonRecursive to ask for the old behaviour.
@@ -346,8 +343,8 @@ func recursiveReadOnlyMount(m *runtimeapi.Mount, dst string, propagation mount.P
 	if propagation != "" {
 		return mount.Mount{}, crirpc.InvalidArgf("mount %s: recursive read-only needs private propagation", dst)
 	}
-	if !engine.APIAtLeast(apiVersion, minRecursiveReadOnlyAPI) {
-		return mount.Mount{}, crirpc.InvalidArgf("mount %s: recursive read-only mounts need Docker API %s or later (Docker 25); this engine speaks %s", dst, minRecursiveReadOnlyAPI, apiVersion)
+	if !engine.APIAtLeast(apiVersion, engine.MinRecursiveReadOnlyAPI) {
+		return mount.Mount{}, crirpc.InvalidArgf("mount %s: recursive read-only mounts need Docker API %s or later (Docker 25); this engine speaks %s", dst, engine.MinRecursiveReadOnlyAPI, apiVersion)
 	}
 	if relabel {
 		return mount.Mount{}, crirpc.InvalidArgf("mount %s: SELinux relabeling cannot be combined with recursive read-only through Docker's mount API", dst)

@@ -70,7 +70,7 @@ func runtimeVersion(engine, netshim string) string {
 // index's health (events stream up, resync working, events drained) and
 // the plugin's own status, and the runtime handlers from the cached docker
 // info (runtime_handlers.go). kubelet polls it every few seconds; it costs
-// no Docker call but the info's refresh every runtimesMaxAge.
+// no Docker call but the info's refresh every engine.RuntimesMaxAge.
 func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	runtimeReady := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
 	if ready, reason := ds.index.Health(); !ready {

@@ -3,8 +3,6 @@ package dockerservice
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 )
 
 // fakeClock is the runtime catalog's clock in tests.
@@ -39,170 +38,13 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// rroFeatures is the OCI features document of a runc that has "rro".
-const rroFeatures = `{"ociVersionMin":"1.0.0","mountOptions":["ro","rro","rbind"]}`
-
-// engineInfo is a docker info with these runtimes: name → its OCI features
-// document, "" when Docker reports none for it (Docker < 25).
-func engineInfo(kernel, defaultRuntime string, runtimes map[string]string) system.Info {
-	info := system.Info{KernelVersion: kernel, DefaultRuntime: defaultRuntime, Runtimes: map[string]system.RuntimeWithStatus{}}
-	for name, features := range runtimes {
-		rt := system.RuntimeWithStatus{Runtime: system.Runtime{Path: "/usr/bin/" + name}}
-		if features != "" {
-			rt.Status = map[string]string{ociFeaturesKey: features}
-		}
-		info.Runtimes[name] = rt
-	}
-	return info
-}
-
-// docker2010Info is what Docker 20.10 on this machine says.
-func docker2010Info(kernel string) system.Info {
-	return engineInfo(kernel, "runc", map[string]string{"io.containerd.runc.v2": "", "io.containerd.runtime.v1.linux": "", "runc": ""})
-}
-
-// docker29Info is Docker 29 with runc and a second runc under another name.
-func docker29Info(kernel string) system.Info {
-	return engineInfo(kernel, "runc", map[string]string{"runc": rroFeatures, "runc-alt": rroFeatures})
-}
-
-func TestParseKernelVersion(t *testing.T) {
-	for _, tc := range []struct {
-		in           string
-		major, minor int
-		ok           bool
-	}{
-		{"6.18.44-fc-v669", 6, 18, true},
-		{"5.12.0", 5, 12, true},
-		{"5.10.0-23-amd64", 5, 10, true},
-		{"5.15.153.1-microsoft-standard-WSL2", 5, 15, true},
-		{"4.19", 4, 19, true},
-		{"6", 0, 0, false},
-		{"", 0, 0, false},
-		{"x.y.z", 0, 0, false},
-		{".12.0", 0, 0, false},
-	} {
-		major, minor, ok := parseKernelVersion(tc.in)
-		if major != tc.major || minor != tc.minor || ok != tc.ok {
-			t.Errorf("parseKernelVersion(%q) = %d, %d, %v; want %d, %d, %v", tc.in, major, minor, ok, tc.major, tc.minor, tc.ok)
-		}
-	}
-}
-
-// TestRuntimeHandlerFeatures: every runtime is listed after the default
-// handler "", and recursive read-only mounts are claimed for a handler
-// only when Docker can be asked for them (API 1.44), the kernel has
-// mount_setattr (5.12) and Docker reports "rro" for the runtime it runs.
-func TestRuntimeHandlerFeatures(t *testing.T) {
-	type handler struct {
-		name string
-		rro  bool
-	}
-	for _, tc := range []struct {
-		name string
-		info *system.Info // nil: nothing read yet
-		api  string
-		want []handler
-	}{
-		{
-			name: "nothing read yet",
-			api:  "1.51",
-			want: []handler{{"", false}},
-		},
-		{
-			name: "docker 20.10",
-			info: ptr(docker2010Info("6.18.44-fc-v669")),
-			api:  "1.41",
-			want: []handler{{"", false}, {"io.containerd.runc.v2", false}, {"io.containerd.runtime.v1.linux", false}, {"runc", false}},
-		},
-		{
-			name: "docker 29",
-			info: ptr(docker29Info("6.18.44-fc-v669")),
-			api:  "1.51",
-			want: []handler{{"", true}, {"runc", true}, {"runc-alt", true}},
-		},
-		{
-			name: "docker 29 spoken to at API 1.43",
-			info: ptr(docker29Info("6.18.44-fc-v669")),
-			api:  "1.43",
-			want: []handler{{"", false}, {"runc", false}, {"runc-alt", false}},
-		},
-		{
-			name: "API not negotiated",
-			info: ptr(docker29Info("6.18.44-fc-v669")),
-			api:  "",
-			want: []handler{{"", false}, {"runc", false}, {"runc-alt", false}},
-		},
-		{
-			name: "kernel 5.10",
-			info: ptr(docker29Info("5.10.0-23-amd64")),
-			api:  "1.51",
-			want: []handler{{"", false}, {"runc", false}, {"runc-alt", false}},
-		},
-		{
-			name: "kernel 5.12",
-			info: ptr(docker29Info("5.12.0")),
-			api:  "1.44",
-			want: []handler{{"", true}, {"runc", true}, {"runc-alt", true}},
-		},
-		{
-			name: "kernel unknown",
-			info: ptr(docker29Info("")),
-			api:  "1.51",
-			want: []handler{{"", false}, {"runc", false}, {"runc-alt", false}},
-		},
-		{
-			name: "one runtime without rro, one without features, one unreadable",
-			info: ptr(engineInfo("6.1.0", "crun", map[string]string{
-				"crun":   rroFeatures,
-				"old":    `{"mountOptions":["ro"]}`,
-				"shimv2": "",
-				"broken": "{",
-			})),
-			api:  "1.51",
-			want: []handler{{"", true}, {"broken", false}, {"crun", true}, {"old", false}, {"shimv2", false}},
-		},
-		{
-			name: "default runtime without features",
-			info: ptr(engineInfo("6.1.0", "plain", map[string]string{"plain": "", "runc": rroFeatures})),
-			api:  "1.51",
-			want: []handler{{"", false}, {"plain", false}, {"runc", true}},
-		},
-		{
-			name: "default runtime missing from the map",
-			info: ptr(engineInfo("6.1.0", "ghost", map[string]string{"runc": rroFeatures})),
-			api:  "1.51",
-			want: []handler{{"", false}, {"ghost", false}, {"runc", true}},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var r *engineRuntimes
-			if tc.info != nil {
-				r = newEngineRuntimes(*tc.info, tc.api, time.Now())
-			}
-			var got []handler
-			for _, h := range r.handlers(tc.api) {
-				if h.GetFeatures().GetUserNamespaces() {
-					t.Errorf("handler %q claims user namespaces", h.Name)
-				}
-				got = append(got, handler{h.Name, h.GetFeatures().GetRecursiveReadOnlyMounts()})
-			}
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("handlers = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
-func ptr[T any](v T) *T { return &v }
-
 // runtimesEnv is a test env whose engine reports info, with the runtime
 // catalog on a fake clock.
 func runtimesEnv(t *testing.T, info system.Info) (*testEnv, *fakeClock) {
 	t.Helper()
 	e := newTestEnv(t)
 	clk := newFakeClock()
-	e.ds.engine.runtimes.now = clk.now
+	e.ds.engine.SetClock(clk.now)
 	e.setInfo(info)
 	return e, clk
 }
@@ -225,10 +67,10 @@ func (e *testEnv) handlerNames(t *testing.T) []string {
 }
 
 // TestStatusRuntimeHandlersAreCached: kubelet polls Status every few
-// seconds; docker info is read once, served for runtimesMaxAge, then
+// seconds; docker info is read once, served for engine.RuntimesMaxAge, then
 // refreshed in the background while the old answer is served.
 func TestStatusRuntimeHandlersAreCached(t *testing.T) {
-	e, clk := runtimesEnv(t, docker29Info("6.1.0"))
+	e, clk := runtimesEnv(t, fakedocker.Docker29Info("6.1.0"))
 	want := []string{"", "runc", "runc-alt"}
 	for range 5 {
 		if got := e.handlerNames(t); !slices.Equal(got, want) {
@@ -241,10 +83,10 @@ func TestStatusRuntimeHandlersAreCached(t *testing.T) {
 
 	// A runtime is added; the cache ages; the next poll still answers
 	// from it, and starts one refresh.
-	info := docker29Info("6.1.0")
+	info := fakedocker.Docker29Info("6.1.0")
 	info.Runtimes["kata"] = system.RuntimeWithStatus{}
 	e.setInfo(info)
-	clk.advance(runtimesMaxAge - time.Second)
+	clk.advance(engine.RuntimesMaxAge - time.Second)
 	if got := e.handlerNames(t); !slices.Equal(got, want) || e.docker.Count("Info") != 1 {
 		t.Fatalf("within max age: handlers %q, %d info calls", got, e.docker.Count("Info"))
 	}
@@ -261,12 +103,12 @@ func TestStatusRuntimeHandlersAreCached(t *testing.T) {
 // TestStatusDoesNotWaitForAHungRefresh: once something is cached, Status
 // answers from it even while docker info hangs.
 func TestStatusDoesNotWaitForAHungRefresh(t *testing.T) {
-	e, clk := runtimesEnv(t, docker29Info("6.1.0"))
+	e, clk := runtimesEnv(t, fakedocker.Docker29Info("6.1.0"))
 	e.handlerNames(t)
 	gate := make(chan struct{})
 	e.docker.Do(func(s *fakedocker.State) { s.InfoGate = gate })
 	defer close(gate)
-	clk.advance(runtimesMaxAge)
+	clk.advance(engine.RuntimesMaxAge)
 	e.handlerNames(t)
 	testutil.Eventually(t, "the refresh to ask docker info", func() bool { return e.docker.Count("Info") == 2 })
 	for range 3 {
@@ -280,10 +122,10 @@ func TestStatusDoesNotWaitForAHungRefresh(t *testing.T) {
 }
 
 // TestStatusRuntimeHandlersWhenInfoFails: the default handler is always
-// listed; a failed read is retried after runtimesRetryAfter, not at every
+// listed; a failed read is retried after engine.RuntimesRetryAfter, not at every
 // poll.
 func TestStatusRuntimeHandlersWhenInfoFails(t *testing.T) {
-	e, clk := runtimesEnv(t, docker29Info("6.1.0"))
+	e, clk := runtimesEnv(t, fakedocker.Docker29Info("6.1.0"))
 	e.docker.Do(func(s *fakedocker.State) { s.InfoErr = errors.New("engine busy") })
 	for range 3 {
 		if got := e.handlerNames(t); !slices.Equal(got, []string{""}) {
@@ -294,7 +136,7 @@ func TestStatusRuntimeHandlersWhenInfoFails(t *testing.T) {
 		t.Fatalf("%d docker info calls, want 1 within the retry delay", n)
 	}
 	e.docker.Do(func(s *fakedocker.State) { s.InfoErr = nil })
-	clk.advance(runtimesRetryAfter)
+	clk.advance(engine.RuntimesRetryAfter)
 	if got := e.handlerNames(t); !slices.Equal(got, []string{"", "runc", "runc-alt"}) {
 		t.Fatalf("after the retry delay: handlers = %q", got)
 	}
@@ -317,7 +159,7 @@ func TestRunPodSandboxRuntimeHandler(t *testing.T) {
 		{handler: strings.Repeat("x", 5000), wantErr: []string{"(5000 bytes)"}},
 	} {
 		t.Run(handlerTestName(tc.handler), func(t *testing.T) {
-			e, _ := runtimesEnv(t, docker29Info("6.1.0"))
+			e, _ := runtimesEnv(t, fakedocker.Docker29Info("6.1.0"))
 			e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
 			cfg := podConfig("rc")
 			resp, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: tc.handler})
@@ -371,7 +213,7 @@ func TestRunPodSandboxRuntimeHandler(t *testing.T) {
 // TestRunPodSandboxDefaultHandlerNeedsNoInfo: the default handler is
 // Docker's default runtime; nothing needs to be looked up.
 func TestRunPodSandboxDefaultHandlerNeedsNoInfo(t *testing.T) {
-	e, _ := runtimesEnv(t, docker29Info("6.1.0"))
+	e, _ := runtimesEnv(t, fakedocker.Docker29Info("6.1.0"))
 	e.run(t, podConfig("plain"))
 	if n := e.docker.Count("Info"); n != 0 {
 		t.Errorf("%d docker info calls for the default handler", n)
@@ -381,14 +223,14 @@ func TestRunPodSandboxDefaultHandlerNeedsNoInfo(t *testing.T) {
 // TestRunPodSandboxSeesANewRuntimeAtOnce: a handler the cache does not
 // know makes it read docker info again at once (a runtime added to
 // daemon.json is usable without waiting), but a misspelt handler retried
-// in a loop costs at most one read per runtimesForcedMinGap.
+// in a loop costs at most one read per engine.RuntimesForcedMinGap.
 func TestRunPodSandboxSeesANewRuntimeAtOnce(t *testing.T) {
-	e, clk := runtimesEnv(t, docker29Info("6.1.0"))
+	e, clk := runtimesEnv(t, fakedocker.Docker29Info("6.1.0"))
 	e.handlerNames(t)
-	info := docker29Info("6.1.0")
+	info := fakedocker.Docker29Info("6.1.0")
 	info.Runtimes["runc-new"] = system.RuntimeWithStatus{}
 	e.setInfo(info)
-	clk.advance(runtimesForcedMinGap)
+	clk.advance(engine.RuntimesForcedMinGap)
 	if _, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("new"), RuntimeHandler: "runc-new"}); err != nil {
 		t.Fatalf("RunPodSandbox with a runtime added since the last read: %v", err)
 	}
@@ -409,7 +251,7 @@ func TestRunPodSandboxSeesANewRuntimeAtOnce(t *testing.T) {
 // TestRunPodSandboxRuntimesUnknown: with docker info failing, a named
 // handler cannot be checked: Unavailable (retry), nothing made.
 func TestRunPodSandboxRuntimesUnknown(t *testing.T) {
-	e, _ := runtimesEnv(t, docker29Info("6.1.0"))
+	e, _ := runtimesEnv(t, fakedocker.Docker29Info("6.1.0"))
 	e.docker.Do(func(s *fakedocker.State) { s.InfoErr = errors.New("engine busy") })
 	_, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: podConfig("x"), RuntimeHandler: "runc"})
 	if codeOf(err) != codes.Unavailable || !strings.Contains(err.Error(), "engine busy") {
@@ -431,14 +273,14 @@ func TestCreateContainerRecursiveReadOnlyPerHandler(t *testing.T) {
 		handler string
 		wantErr string
 	}{
-		{name: "docker 29", info: docker29Info("6.1.0"), api: "1.51", handler: "runc-alt"},
-		{name: "default handler", info: docker29Info("6.1.0"), api: "1.51"},
-		{name: "API 1.41", info: docker29Info("6.1.0"), api: "1.41", wantErr: "API 1.44"},
-		{name: "old kernel", info: docker29Info("5.10.0"), api: "1.51", wantErr: "older than 5.12"},
-		{name: "runtime without rro", info: engineInfo("6.1.0", "runc", map[string]string{"runc": rroFeatures, "old": `{"mountOptions":["ro"]}`}), api: "1.51", handler: "old", wantErr: `"rro"`},
-		{name: "runtime without features", info: engineInfo("6.1.0", "runc", map[string]string{"runc": ""}), api: "1.51", wantErr: "no OCI features"},
+		{name: "docker 29", info: fakedocker.Docker29Info("6.1.0"), api: "1.51", handler: "runc-alt"},
+		{name: "default handler", info: fakedocker.Docker29Info("6.1.0"), api: "1.51"},
+		{name: "API 1.41", info: fakedocker.Docker29Info("6.1.0"), api: "1.41", wantErr: "API 1.44"},
+		{name: "old kernel", info: fakedocker.Docker29Info("5.10.0"), api: "1.51", wantErr: "older than 5.12"},
+		{name: "runtime without rro", info: fakedocker.RuntimesInfo("6.1.0", "runc", map[string]string{"runc": fakedocker.RROFeatures, "old": `{"mountOptions":["ro"]}`}), api: "1.51", handler: "old", wantErr: `"rro"`},
+		{name: "runtime without features", info: fakedocker.RuntimesInfo("6.1.0", "runc", map[string]string{"runc": ""}), api: "1.51", wantErr: "no OCI features"},
 		// Unknown kernel: Docker decides at start.
-		{name: "kernel unknown", info: docker29Info(""), api: "1.51"},
+		{name: "kernel unknown", info: fakedocker.Docker29Info(""), api: "1.51"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _ := runtimesEnv(t, tc.info)
@@ -473,62 +315,6 @@ func handlerTestName(h string) string {
 		return "default"
 	}
 	return h[:min(len(h), 10)]
-}
-
-// TestWrapperMisuse: netshim's OCI wrapper applies namespaces only from
-// markers netshim signed, but registered as the engine's default runtime
-// or under another name it would run containers netshim never made for
-// it; netshim finds it by its path and says how to fix the registration.
-func TestWrapperMisuse(t *testing.T) {
-	dir := t.TempDir()
-	wrapper := filepath.Join(dir, "bin", "netshim-oci")
-	renamed := filepath.Join(dir, "sbin", "oci-hook")
-	for _, p := range []string{wrapper, renamed} {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Link(wrapper, renamed); err != nil {
-		t.Fatal(err)
-	}
-	runc := filepath.Join(dir, "runc")
-	if err := os.WriteFile(runc, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	rt := func(p string) system.RuntimeWithStatus {
-		return system.RuntimeWithStatus{Runtime: system.Runtime{Path: p}}
-	}
-	for _, tc := range []struct {
-		name     string
-		def      string
-		runtimes map[string]system.RuntimeWithStatus
-		own      string
-		want     string
-	}{
-		{name: "as netshim-oci", def: "runc", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), OCIWrapperRuntime: rt(wrapper)}},
-		{name: "no wrapper", def: "runc", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), "alt": rt(runc)}, own: wrapper},
-		{name: "default runtime by name", def: OCIWrapperRuntime, runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), OCIWrapperRuntime: rt(wrapper)}, want: `default runtime "netshim-oci" is netshim's OCI wrapper`},
-		{name: "default runtime under another name", def: "secure", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), "secure": rt(wrapper)}, want: `default runtime "secure" is netshim's OCI wrapper`},
-		{name: "same file as netshim-oci's", def: "runc", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), OCIWrapperRuntime: rt(wrapper), "hook": rt(renamed)}, want: "as runtime hook,"},
-		{name: "same file as the one beside netshim", def: "runc", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), "hook": rt(renamed)}, own: wrapper, want: "as runtime hook,"},
-		{name: "by its file name", def: "runc", runtimes: map[string]system.RuntimeWithStatus{"runc": rt("runc"), "pinned": rt("/opt/x/netshim-oci")}, want: "as runtime pinned,"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := wrapperMisuse(system.Info{DefaultRuntime: tc.def, Runtimes: tc.runtimes}, tc.own)
-			if tc.want == "" {
-				if got != "" {
-					t.Fatalf("misuse %q, want none", got)
-				}
-				return
-			}
-			if !strings.Contains(got, tc.want) || !strings.Contains(got, `register it only as runtime "netshim-oci"`) {
-				t.Fatalf("misuse %q, want one containing %q and the fix", got, tc.want)
-			}
-		})
-	}
 }
 
 // TestRunPodSandboxRefusesAMisregisteredWrapper: while the engine runs the

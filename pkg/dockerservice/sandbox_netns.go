@@ -15,6 +15,7 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
@@ -43,7 +44,7 @@ const (
 
 	// OCIWrapperRuntime is the Docker runtime name cmd/netshim-oci must
 	// be registered under.
-	OCIWrapperRuntime = "netshim-oci"
+	OCIWrapperRuntime = engine.OCIWrapperRuntime
 )
 
 // ValidSandboxNetNSMode checks a --sandbox-netns value.
@@ -117,7 +118,7 @@ type netnsMode struct {
 
 // sandboxNetNSMode says which mode new sandboxes (with the default
 // runtime handler and their own network) get now. auto follows the
-// engine: the runtimes are read again every runtimesMaxAge, so registering
+// engine: the runtimes are read again every engine.RuntimesMaxAge, so registering
 // the wrapper (daemon.json and SIGHUP) switches new pods to pinned without
 // a restart, and unregistering it switches them back.
 func (ds *DockerService) sandboxNetNSMode(ctx context.Context) netnsMode {
@@ -125,30 +126,30 @@ func (ds *DockerService) sandboxNetNSMode(ctx context.Context) netnsMode {
 	case SandboxNetNSDocker, "":
 		// No read for this mode; a misregistered wrapper fails every
 		// pod in any mode (checkRuntimeHandler).
-		if r := ds.engine.runtimes.snapshot(); r != nil && r.wrapperMisuse != "" {
-			return netnsMode{"unavailable", "RunPodSandbox fails: " + r.wrapperMisuse}
+		if r := ds.engine.CachedRuntimes(); r != nil && r.WrapperMisuse != "" {
+			return netnsMode{"unavailable", "RunPodSandbox fails: " + r.WrapperMisuse}
 		}
 		return netnsMode{SandboxNetNSDocker, "--sandbox-netns=docker"}
 	}
-	r := ds.engine.runtimes.get(ctx, runtimesReadTimeout)
-	if r != nil && r.wrapperMisuse != "" {
-		return netnsMode{"unavailable", "RunPodSandbox fails: " + r.wrapperMisuse}
+	r := ds.engine.Runtimes(ctx, engine.RuntimesReadTimeout)
+	if r != nil && r.WrapperMisuse != "" {
+		return netnsMode{"unavailable", "RunPodSandbox fails: " + r.WrapperMisuse}
 	}
-	if r != nil && r.hasWrapper && ds.cfg.SandboxNetNS == SandboxNetNSAuto && r.defaultRuntime != "" && r.defaultRuntime != "runc" {
+	if r != nil && r.HasWrapper && ds.cfg.SandboxNetNS == SandboxNetNSAuto && r.DefaultRuntime != "" && r.DefaultRuntime != "runc" {
 		// The wrapper execs runc: on an engine whose default runtime is
 		// another (gVisor, say), auto must not move the pause containers
 		// of default-handler pods to runc.
-		return netnsMode{SandboxNetNSDocker, fmt.Sprintf("--sandbox-netns=auto and the Docker engine's default runtime is %q, not runc, which %s execs", r.defaultRuntime, OCIWrapperRuntime)}
+		return netnsMode{SandboxNetNSDocker, fmt.Sprintf("--sandbox-netns=auto and the Docker engine's default runtime is %q, not runc, which %s execs", r.DefaultRuntime, OCIWrapperRuntime)}
 	}
-	if r != nil && r.hasWrapper && ds.cfg.SandboxNetNS == SandboxNetNSPauseless {
+	if r != nil && r.HasWrapper && ds.cfg.SandboxNetNS == SandboxNetNSPauseless {
 		return netnsMode{SandboxNetNSPauseless, fmt.Sprintf("--sandbox-netns=pauseless and the Docker engine has runtime %s; pods that share a PID namespace, use the node's IPC namespace or name a runtime handler keep a pause container", OCIWrapperRuntime)}
 	}
-	if r != nil && r.hasWrapper {
+	if r != nil && r.HasWrapper {
 		return netnsMode{SandboxNetNSPinned, fmt.Sprintf("--sandbox-netns=%s and the Docker engine has runtime %s", ds.cfg.SandboxNetNS, OCIWrapperRuntime)}
 	}
 	why := "the Docker engine's runtimes are not known yet"
 	if r != nil {
-		why = fmt.Sprintf("the Docker engine has no runtime %s (it has %v)", OCIWrapperRuntime, r.names)
+		why = fmt.Sprintf("the Docker engine has no runtime %s (it has %v)", OCIWrapperRuntime, r.Names)
 	}
 	if ds.cfg.SandboxNetNS == SandboxNetNSPinned || ds.cfg.SandboxNetNS == SandboxNetNSPauseless {
 		return netnsMode{"unavailable", "--sandbox-netns=" + ds.cfg.SandboxNetNS + " but " + why + ": RunPodSandbox fails until it is registered"}
@@ -173,9 +174,9 @@ func (ds *DockerService) usePinnedNetNS(ctx context.Context, hostNetwork bool, h
 		return false, nil
 	}
 	// Pinned asked for, wrapper not seen: it may just have been added.
-	if r, _ := ds.engine.runtimes.refresh(ctx); r != nil && r.wrapperMisuse != "" {
-		return false, crirpc.WithCode(codes.FailedPrecondition, errors.New(r.wrapperMisuse))
-	} else if r != nil && r.hasWrapper {
+	if r, _ := ds.engine.RefreshRuntimes(ctx); r != nil && r.WrapperMisuse != "" {
+		return false, crirpc.WithCode(codes.FailedPrecondition, errors.New(r.WrapperMisuse))
+	} else if r != nil && r.HasWrapper {
 		return true, nil
 	}
 	return false, crirpc.WithCode(codes.FailedPrecondition, fmt.Errorf("--sandbox-netns=%s needs netshim's OCI runtime wrapper registered in the Docker engine as runtime %q (daemon.json \"runtimes\": {%q: {\"path\": \"/usr/bin/netshim-oci\"}}, then SIGHUP dockerd), or run netshim with --sandbox-netns=auto", ds.cfg.SandboxNetNS, OCIWrapperRuntime, OCIWrapperRuntime))

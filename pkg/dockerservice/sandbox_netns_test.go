@@ -17,6 +17,7 @@ import (
 
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
@@ -299,9 +300,7 @@ func TestPinnedModeWithoutWrapper(t *testing.T) {
 	// Registered later (SIGHUP): the next RunPodSandbox sees it, once
 	// the forced re-read's minimum gap has passed.
 	withWrapper(e)
-	e.ds.engine.runtimes.mu.Lock()
-	e.ds.engine.runtimes.now = func() time.Time { return time.Now().Add(2 * runtimesForcedMinGap) }
-	e.ds.engine.runtimes.mu.Unlock()
+	e.ds.engine.SetClock(func() time.Time { return time.Now().Add(2 * engine.RuntimesForcedMinGap) })
 	if ok, err := e.ds.usePinnedNetNS(context.Background(), false, ""); err != nil || !ok {
 		t.Errorf("after registering the wrapper: pinned %v, %v", ok, err)
 	}

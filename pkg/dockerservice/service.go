@@ -84,8 +84,8 @@ type DockerService struct {
 	images imageState
 	// engine is the Docker engine: its client, and what netshim knows
 	// of it: its version, the negotiated API version, its runtimes
-	// (pkg/dockerservice/engine; the runtimes: runtime_handlers.go).
-	engine engineState
+	// (pkg/dockerservice/engine).
+	engine *engine.Engine
 	// streaming serves exec/attach/port-forward sessions (streaming.go).
 	streaming StreamingServer
 	// events publishes container events (container_events.go).
@@ -135,7 +135,7 @@ func NewDockerService(cfg Config, client engine.Client, checkpoints *checkpoint.
 	}
 	ds := &DockerService{
 		cfg:    cfg,
-		engine: engineState{Engine: engine.New(client)},
+		engine: engine.New(client),
 		pods:   podstate.New(checkpoints),
 		pins: nsPinning{
 			pinning:           map[string]bool{},
@@ -144,7 +144,6 @@ func NewDockerService(cfg Config, client engine.Client, checkpoints *checkpoint.
 		},
 		containers: newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
 	}
-	ds.engine.runtimes = newRuntimeCatalog(ds.readEngineRuntimes)
 	ds.index = ds.newIndex()
 	ds.containers.oom.floor = cfg.OOMScoreAdjFloor
 	ds.containers.layers = newLayerUsage(client.Info, ds.store(), cfg.LayerUsage)

@@ -24,11 +24,16 @@ type Engine struct {
 	// versions are the engine's version, read when the events stream
 	// connects, and the negotiated API version.
 	versions engineVersions
+	// runtimes caches the engine's runtimes, which runtime handlers name
+	// (runtimes.go).
+	runtimes *runtimeCatalog
 }
 
 // New is the engine behind client, of which nothing is known yet.
 func New(client Client) *Engine {
-	return &Engine{Client: client}
+	e := &Engine{Client: client}
+	e.runtimes = newRuntimeCatalog(e.readRuntimes)
+	return e
 }
 
 // Session is the number of the current events session: a value read
