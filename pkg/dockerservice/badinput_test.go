@@ -26,6 +26,8 @@ import (
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // This file sends every RPC of both CRI services malformed and hostile
@@ -244,7 +246,7 @@ func streamEmpty[R any](items func(R) int) func(s interface{ Recv() (R, error) }
 
 func (f *badInputFixture) cases() []badCase {
 	rt, img := f.c.rt, f.c.img
-	huge := strings.Repeat("x", maxLabelBytes+1)
+	huge := strings.Repeat("x", dockerspec.MaxLabelBytes+1)
 	var cs []badCase
 	add := func(method, name string, code codes.Code, call func(context.Context) error, msg ...string) {
 		cs = append(cs, badCase{name: name, method: method, call: call, code: code, msg: msg})

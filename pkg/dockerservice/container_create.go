@@ -15,6 +15,8 @@ import (
 	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // CreateContainer creates (does not start) a workload container in a
@@ -24,7 +26,7 @@ import (
 // the new container before the call returns.
 func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 	cfg := r.GetConfig()
-	if err := validateContainerConfig(r); err != nil {
+	if err := dockerspec.ValidateCreateContainer(r); err != nil {
 		return nil, err
 	}
 	logPath, err := ds.containerLogPath(r.GetSandboxConfig().GetLogDirectory(), cfg.GetLogPath())
@@ -90,23 +92,24 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err := ds.checkRecursiveReadOnlyMounts(ctx, cfg.GetMounts(), sbInfo.RuntimeHandler, apiVersion); err != nil {
 		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
 	}
-	in := containerDockerInput{
-		cfg:        cfg,
-		labels:     labels,
-		sandboxID:  sb.ID,
-		sandboxNS:  sbInfo.NamespaceOptions,
-		pidTarget:  pidTarget,
-		apiVersion: apiVersion,
-		selinux:    ds.containers.selinux,
-		pauseless:  join.pauseless,
-		ociKey:     join.ociKey,
+	in := dockerspec.ContainerInput{
+		Config:     cfg,
+		Labels:     labels,
+		SandboxID:  sb.ID,
+		SandboxNS:  sbInfo.NamespaceOptions,
+		PidTarget:  pidTarget,
+		APIVersion: apiVersion,
+		SELinux:    ds.containers.selinux,
+		Pauseless:  join.pauseless,
+		OCIKey:     join.ociKey,
 		// An infra container's files and cgroup parent, a pause-less
 		// sandbox's cgroup parent.
-		resolvConfPath: join.resolvConfPath,
-		hostsPath:      join.hostsPath,
-		cgroupParent:   join.cgroupParent,
+		ResolvConfPath: join.resolvConfPath,
+		HostsPath:      join.hostsPath,
+		CgroupParent:   join.cgroupParent,
+		OOMScoreAdj:    ds.containers.oom.apply,
 	}
-	config, hc, err := ds.containerDockerConfig(in)
+	config, hc, err := dockerspec.ContainerConfig(in)
 	if err != nil {
 		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
 	}
@@ -123,7 +126,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	created, err := ds.createOwned(ctx, config, hc, name, func(rec *store.Record) {
 		rec.ImageID = img.ID
 		if rec.Container != nil {
-			rec.Container = rec.Container.WithResources(resourcesFromHostConfig(hc))
+			rec.Container = rec.Container.WithResources(dockerspec.ResourcesFromHostConfig(hc))
 		}
 	})
 	switch {
@@ -139,27 +142,8 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		klog.FromContext(ctx).V(2).Info("Docker warning on container create", "container", name, "containerID", created.ID, "warning", w)
 	}
 	t.step("create")
-	t.done("containerID", created.ID, "namespaces", describeNamespaces(hc))
+	t.done("containerID", created.ID, "namespaces", dockerspec.DescribeNamespaces(hc))
 	return &runtimeapi.CreateContainerResponse{ContainerId: created.ID}, nil
-}
-
-// validateContainerConfig rejects what cannot make a container, before
-// any Docker call.
-func validateContainerConfig(r *runtimeapi.CreateContainerRequest) error {
-	if err := validateID("pod sandbox", "pod_sandbox_id", r.GetPodSandboxId()); err != nil {
-		return err
-	}
-	cfg := r.GetConfig()
-	if cfg == nil {
-		return crirpc.InvalidArgf("container config is required")
-	}
-	if cfg.GetMetadata() == nil || cfg.GetMetadata().GetName() == "" {
-		return crirpc.InvalidArgf("container config: metadata with a name is required")
-	}
-	if cfg.GetImage().GetImage() == "" {
-		return crirpc.InvalidArgf("container %s: image is required", cfg.GetMetadata().GetName())
-	}
-	return validateContainerSpec(cfg)
 }
 
 // runningSandbox finds the sandbox a container is created in. Its infra

@@ -14,6 +14,8 @@ import (
 
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 func TestContainerLabelsAndAnnotationsRoundTripExactly(t *testing.T) {
@@ -381,7 +383,7 @@ func TestUpdateContainerResources(t *testing.T) {
 		t.Fatalf("lifting the limits: %v", err)
 	}
 	hc = e.dockerInspect(t, id).HostConfig
-	if hc.CPUQuota != -1 || hc.Memory != dockerNoMemoryLimit || hc.MemorySwap != dockerNoMemoryLimit {
+	if hc.CPUQuota != -1 || hc.Memory != dockerspec.DockerNoMemoryLimit || hc.MemorySwap != dockerspec.DockerNoMemoryLimit {
 		t.Errorf("docker resources after the lift = quota %d memory %d swap %d", hc.CPUQuota, hc.Memory, hc.MemorySwap)
 	}
 	if r := e.status(t, id).GetResources().GetLinux(); r.GetCpuQuota() != -1 || r.GetMemoryLimitInBytes() != 0 || r.GetMemorySwapLimitInBytes() != 0 {

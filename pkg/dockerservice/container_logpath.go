@@ -9,6 +9,8 @@ import (
 
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // Where a container's CRI log goes is up to the pod spec: kubelet sends
@@ -18,7 +20,7 @@ import (
 // created:
 //
 //   - log_directory is absolute and clean (RunPodSandbox checks that
-//     already, validateLogDirectory); log_path is relative, clean and
+//     already, dockerspec.ValidateLogDirectory); log_path is relative, clean and
 //     has no ".." component, so the joined path is textually under the
 //     directory;
 //   - no component of the joined path that exists is a symlink, and the
@@ -43,7 +45,7 @@ func (ds *DockerService) containerLogPath(dir, rel string) (string, error) {
 	if rel == "" || dir == "" {
 		return "", nil
 	}
-	if err := validateLogDirectory(dir); err != nil {
+	if err := dockerspec.ValidateLogDirectory(dir); err != nil {
 		return "", err
 	}
 	switch {
@@ -51,7 +53,7 @@ func (ds *DockerService) containerLogPath(dir, rel string) (string, error) {
 		return "", crirpc.InvalidArgf("container log_path %q contains a NUL byte", rel)
 	case filepath.IsAbs(rel):
 		return "", crirpc.InvalidArgf("container log_path %q must be relative to the pod sandbox's log_directory %s", rel, dir)
-	case hasDotDot(rel):
+	case dockerspec.HasDotDot(rel):
 		return "", crirpc.InvalidArgf("container log_path %q must not contain a \"..\" component: the log file must stay under the log_directory %s", rel, dir)
 	case rel == "." || strings.HasSuffix(rel, "/"):
 		return "", crirpc.InvalidArgf("container log_path %q must name a file under the log_directory %s", rel, dir)
@@ -94,16 +96,6 @@ func (ds *DockerService) checkLogPathPlace(path string) error {
 		}
 	}
 	return nil
-}
-
-// hasDotDot reports whether the slash-separated path has a ".." component.
-func hasDotDot(p string) bool {
-	for c := range strings.SplitSeq(p, "/") {
-		if c == ".." {
-			return true
-		}
-	}
-	return false
 }
 
 // isUnder reports whether the clean absolute path is strictly below dir.

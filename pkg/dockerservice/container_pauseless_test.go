@@ -231,40 +231,6 @@ func TestCreateContainerInNotReadyPauselessSandbox(t *testing.T) {
 	})
 }
 
-func TestPauselessShmBind(t *testing.T) {
-	cp := &checkpoint.PodSandbox{Pauseless: &checkpoint.Pauseless{Shm: "/run/netshim/netns/pod-1.shm"}}
-	noShm := &checkpoint.PodSandbox{Pauseless: &checkpoint.Pauseless{}}
-	bind := []string{"/run/netshim/netns/pod-1.shm:/dev/shm"}
-	cfgWith := func(ns *runtimeapi.NamespaceOption, dsts ...string) *runtimeapi.ContainerConfig {
-		cfg := withNamespaces(ctrConfig("app"), ns)
-		for _, d := range dsts {
-			cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{HostPath: "/h", ContainerPath: d})
-		}
-		return cfg
-	}
-	for _, tc := range []struct {
-		name string
-		cp   *checkpoint.PodSandbox
-		cfg  *runtimeapi.ContainerConfig
-		want []string
-	}{
-		{name: "pause-less", cp: cp, cfg: cfgWith(nil), want: bind},
-		{name: "a mount below /dev/shm", cp: cp, cfg: cfgWith(nil, "/dev/shm/sub", "/data"), want: bind},
-		{name: "own /dev/shm", cp: cp, cfg: cfgWith(nil, "/data", "/dev/shm")},
-		{name: "own /dev/shm, unclean path", cp: cp, cfg: cfgWith(nil, "/dev//shm/")},
-		{name: "node IPC", cp: cp, cfg: cfgWith(&runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE})},
-		{name: "sandbox with a pause container", cfg: cfgWith(nil)},
-		{name: "checkpoint without shm", cp: noShm, cfg: cfgWith(nil)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := containerDockerInput{cfg: tc.cfg, pauseless: tc.cp}
-			if got := pauselessShmBind(tc.cfg.GetMounts(), in); !slices.Equal(got, tc.want) {
-				t.Errorf("binds %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
 // A pod without a hostname gets one for all its containers, the one a
 // pause container would have had (Docker names a container without one
 // by its short ID): given none, Docker would name each container by its

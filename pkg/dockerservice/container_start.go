@@ -13,6 +13,8 @@ import (
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // StartContainer starts a created container, then copies its log into the
@@ -133,7 +135,7 @@ func (ds *DockerService) lookupContainer(ctx context.Context, id string) (*store
 }
 
 func (ds *DockerService) resolveContainer(id string, resolve func() (*store.Record, error)) (*store.Record, error) {
-	if err := validateID("container", "container_id", id); err != nil {
+	if err := dockerspec.ValidateID("container", "container_id", id); err != nil {
 		return nil, err
 	}
 	if err := ds.requireSynced(); err != nil {

@@ -11,11 +11,13 @@ import (
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // UpdateContainerResources changes a container's limits in place
 // (kubelet's in-place pod resize, crictl update) through Docker's
-// ContainerUpdate. The mapping is container_resources.go's: a 0 field
+// ContainerUpdate. The mapping is dockerspec's (resources.go): a 0 field
 // leaves a limit as it is, -1 lifts it; unified (cgroup v2) keys and
 // hugepage limits Docker has no setting for are skipped with a warning, as
 // at create, so that a resize kubelet sends on a cgroup v2 node is not
@@ -43,7 +45,7 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 		klog.FromContext(ctx).V(4).Info("UpdateContainerResources: Windows resources ignored on Linux", "containerID", rec.ID)
 	}
 	what := "container " + rec.ID
-	if err := validateResources(what, res); err != nil {
+	if err := dockerspec.ValidateResources(what, res); err != nil {
 		return nil, err
 	}
 	cur, err := ds.currentResources(ctx, rec)
@@ -58,12 +60,12 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 			return nil, crirpc.WithCode(codes.InvalidArgument, fmt.Errorf("%s: Docker cannot change oom_score_adj of a created container (it is %d, %d was asked); recreate the container", what, cur.GetOomScoreAdj(), want))
 		}
 	}
-	q, err := resolveResources(res)
+	q, err := dockerspec.ResolveResources(res)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	update := container.UpdateConfig{}
-	if err := q.applyUpdate(&update.Resources, cur); err != nil {
+	if err := q.ApplyUpdate(&update.Resources, cur); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	resp, err := ds.engine.ContainerUpdate(ctx, rec.ID, update)
@@ -73,7 +75,7 @@ func (ds *DockerService) UpdateContainerResources(ctx context.Context, r *runtim
 	for _, w := range resp.Warnings {
 		klog.FromContext(ctx).V(2).Info("Docker warning on container update", "containerID", rec.ID, "warning", w)
 	}
-	warnSkipped(rec.Name, "UpdateContainerResources", q.skipped)
+	dockerspec.WarnSkipped(rec.Name, "UpdateContainerResources", q.Skipped)
 	// ContainerStatus reports the container's resources from the index.
 	ds.refreshRecord(ctx, rec.ID)
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
@@ -93,5 +95,5 @@ func (ds *DockerService) currentResources(ctx context.Context, rec *store.Record
 	if c.ContainerJSONBase == nil || c.HostConfig == nil {
 		return &runtimeapi.LinuxContainerResources{}, nil
 	}
-	return resourcesFromHostConfig(c.HostConfig), nil
+	return dockerspec.ResourcesFromHostConfig(c.HostConfig), nil
 }

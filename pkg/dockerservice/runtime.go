@@ -105,7 +105,7 @@ func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest
 		Info:   info,
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeReady, networkReady}},
 		// Docker merges the image's groups whatever the pod asks
-		// (validateGroupsPolicy), so SupplementalGroupsPolicy is not
+		// (dockerspec.ValidateGroupsPolicy), so SupplementalGroupsPolicy is not
 		// supported: kubelet then rejects pods asking for Strict.
 		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: false},
 		RuntimeHandlers: ds.statusRuntimeHandlers(ctx),

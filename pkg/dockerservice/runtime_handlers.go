@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 	"github.com/netshim/netshim/pkg/dockerservice/engine"
 )
 
@@ -54,7 +55,7 @@ func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string
 	if handler == OCIWrapperRuntime {
 		// It runs whatever namespaces a container's environment names:
 		// only netshim may choose them (sandbox_netns.go).
-		return crirpc.InvalidArgf("runtime handler %s is netshim's internal OCI runtime wrapper for pinned sandbox namespaces, not a RuntimeClass handler; use \"\" (the default) or another runtime", shortQuote(handler))
+		return crirpc.InvalidArgf("runtime handler %s is netshim's internal OCI runtime wrapper for pinned sandbox namespaces, not a RuntimeClass handler; use \"\" (the default) or another runtime", dockerspec.ShortQuote(handler))
 	}
 	if r := ds.engine.Runtimes(ctx, engine.RuntimesReadTimeout); r != nil && r.Has(handler) {
 		return nil
@@ -65,7 +66,7 @@ func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string
 		if err == nil {
 			err = ctx.Err()
 		}
-		return crirpc.WithCode(codes.Unavailable, fmt.Errorf("cannot check runtime handler %s: the Docker engine's runtimes are unknown: %w", shortQuote(handler), err))
+		return crirpc.WithCode(codes.Unavailable, fmt.Errorf("cannot check runtime handler %s: the Docker engine's runtimes are unknown: %w", dockerspec.ShortQuote(handler), err))
 	}
 	if r.Has(handler) {
 		return nil
@@ -74,7 +75,7 @@ func (ds *DockerService) checkRuntimeHandler(ctx context.Context, handler string
 	if len(r.Names) > 0 {
 		known = "runtimes " + strings.Join(r.Names, ", ")
 	}
-	return crirpc.InvalidArgf("unknown runtime handler %s: this Docker engine has %s; register one in daemon.json \"runtimes\" (or dockerd --add-runtime)", shortQuote(handler), known)
+	return crirpc.InvalidArgf("unknown runtime handler %s: this Docker engine has %s; register one in daemon.json \"runtimes\" (or dockerd --add-runtime)", dockerspec.ShortQuote(handler), known)
 }
 
 // checkRecursiveReadOnlyMounts refuses a recursive read-only mount the
@@ -88,7 +89,7 @@ func (ds *DockerService) checkRecursiveReadOnlyMounts(ctx context.Context, mount
 	}
 	r := ds.engine.Runtimes(ctx, engine.RuntimesReadTimeout)
 	if s, why := r.RecursiveReadOnly(handler, apiVersion); s == engine.Unsupported {
-		return crirpc.InvalidArgf("mount %s: recursive read-only mounts are not supported with runtime handler %s: %s", mounts[i].GetContainerPath(), shortQuote(handler), why)
+		return crirpc.InvalidArgf("mount %s: recursive read-only mounts are not supported with runtime handler %s: %s", mounts[i].GetContainerPath(), dockerspec.ShortQuote(handler), why)
 	}
 	return nil
 }

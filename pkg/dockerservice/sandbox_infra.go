@@ -13,6 +13,8 @@ import (
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // infraSandboxes is what the two modes with an infra (pause) container,
@@ -27,7 +29,12 @@ func (c infraSandboxes) dockerConfig(ctx context.Context, req *sandboxRequest) (
 		return nil, nil, err
 	}
 	req.timer.step("image")
-	return c.ds.sandboxDockerConfig(req.cfg, req.handler, req.cgroupParent)
+	return dockerspec.SandboxConfig(req.cfg, dockerspec.SandboxInput{
+		Image:          c.ds.cfg.PodInfraImage,
+		RuntimeHandler: req.handler,
+		CgroupParent:   req.cgroupParent,
+		OOMScoreAdj:    c.ds.containers.oom.apply(sandboxOOMScoreAdj),
+	})
 }
 
 // create creates the infra container, takes the new sandbox's lifecycle

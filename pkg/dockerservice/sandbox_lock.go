@@ -9,6 +9,8 @@ import (
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // lockSandbox resolves a sandbox ID (or unique prefix), takes the sandbox's
@@ -20,7 +22,7 @@ import (
 // DeadlineExceeded to its caller, which retries.
 func (ds *DockerService) lockSandbox(ctx context.Context, id string) (ref sandboxRef, found bool, unlock func(), err error) {
 	// Before Lookup, which would ask Docker about an ID the index lacks.
-	if err := validateID("pod sandbox", "pod_sandbox_id", id); err != nil {
+	if err := dockerspec.ValidateID("pod sandbox", "pod_sandbox_id", id); err != nil {
 		return ref, false, nil, err
 	}
 	// The index may lack a sandbox that exists (events dropped, a resync

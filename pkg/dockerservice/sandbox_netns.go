@@ -19,6 +19,8 @@ import (
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // Where a sandbox's network namespace comes from (--sandbox-netns).
@@ -204,10 +206,6 @@ func (ds *DockerService) pinnerFor(path string) (*podns.Pinner, *podns.Key, bool
 	return podns.NewPinner(dir), key, true
 }
 
-// errNoOCIKey: the markers cannot be signed (service.go), so the wrapper
-// would refuse the container.
-var errNoOCIKey = crirpc.WithCode(codes.FailedPrecondition, errors.New("pinned sandbox namespaces need the OCI wrapper's key in --netns-dir, which netshim could not make (see its start-up log)"))
-
 // labelNetNS names a sandbox's pinned netns on its infra container: the
 // second record of it, which rebuilds a lost or damaged checkpoint's
 // (checkpoint_recover.go) and keeps the start-up sweep off the file.
@@ -220,7 +218,7 @@ const labelNetNS = labelcodec.Prefix + "netns"
 // start-up sweep leaves it alone.
 func (ds *DockerService) pinSandboxNetNS() (paths podns.Paths, done func(), err error) {
 	if ds.pins.ociKey == nil {
-		return nil, nil, errNoOCIKey
+		return nil, nil, dockerspec.ErrNoOCIKey
 	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {

@@ -18,6 +18,8 @@ import (
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // Pause-less sandboxes (--sandbox-netns=pauseless, docs/design/sandbox-modes.md).
@@ -227,7 +229,7 @@ func (ds *DockerService) existingSandboxByName(ctx context.Context, name string,
 // alone; on error nothing is left.
 func (ds *DockerService) pinPauselessNamespaces() (paths podns.Paths, shm string, done func(), err error) {
 	if ds.pins.ociKey == nil {
-		return nil, "", nil, errNoOCIKey
+		return nil, "", nil, dockerspec.ErrNoOCIKey
 	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -379,7 +381,7 @@ func (c pauselessSandboxes) joinSandbox(_ context.Context, sb *store.Record) (sa
 		return sandboxJoin{}, err
 	}
 	// The wrapper puts the container in the pod's pinned namespaces
-	// (containerDockerConfig names them).
+	// (dockerspec.ContainerConfig names them).
 	j := sandboxJoin{pauseless: cp, cgroupParent: cp.Pauseless.CgroupParent, ociKey: c.ds.pins.ociKey, runtime: OCIWrapperRuntime}
 	if files := pauselessFiles(cp); len(files) > 0 {
 		_, j.ociKey, _ = c.ds.pinnerFor(files[0])

@@ -15,6 +15,8 @@ import (
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // sandboxRef is what is known of a sandbox from its checkpoint and its
@@ -29,7 +31,7 @@ type sandboxRef struct {
 // and the checkpoints. found is false when neither knows it: for Stop and
 // Remove that means there is nothing to do.
 func (ds *DockerService) lookupSandbox(id string) (ref sandboxRef, found bool, err error) {
-	if err := validateID("pod sandbox", "pod_sandbox_id", id); err != nil {
+	if err := dockerspec.ValidateID("pod sandbox", "pod_sandbox_id", id); err != nil {
 		return ref, false, err
 	}
 	ref.id = id
@@ -53,7 +55,7 @@ func (ds *DockerService) lookupSandbox(id string) (ref sandboxRef, found bool, e
 // checkpoints know. A malformed ID is refused first: it is wrong whatever
 // the state of the index.
 func (ds *DockerService) mustFindSandbox(id string) (sandboxRef, error) {
-	if err := validateID("pod sandbox", "pod_sandbox_id", id); err != nil {
+	if err := dockerspec.ValidateID("pod sandbox", "pod_sandbox_id", id); err != nil {
 		return sandboxRef{}, err
 	}
 	if err := ds.requireSynced(); err != nil {

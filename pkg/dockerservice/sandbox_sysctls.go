@@ -16,6 +16,8 @@ import (
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/podns"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // A pod's sysctls and its network (docs/design/sandbox-modes.md, "Sysctls
@@ -27,7 +29,7 @@ import (
 // is made). Who writes them:
 //
 //   - docker mode: runc, as the pause container starts, which is before
-//     the ADD (sandboxDockerConfig);
+//     the ADD (dockerspec.SandboxConfig);
 //   - pinned mode: netshim, net.* into the pinned netns right after pinning
 //     it (writePodSysctls), before the pause container exists; the IPC ones
 //     stay with the pause container, whose IPC namespace it is, and runc
@@ -66,7 +68,7 @@ func (ds *DockerService) writePodSysctls(cfg *runtimeapi.PodSandboxConfig, paths
 	case errors.Is(se.Err, fs.ErrNotExist):
 		return crirpc.WithCode(codes.InvalidArgument, fmt.Errorf("pod %s: sysctl %s does not exist in the pod's %s namespace: the kernel has no such setting: %w", pod, se.Name, se.Kind, err))
 	case errors.Is(se.Err, syscall.EINVAL), errors.Is(se.Err, syscall.ERANGE):
-		return crirpc.WithCode(codes.InvalidArgument, fmt.Errorf("pod %s: the kernel refuses value %s for sysctl %s: %w", pod, shortQuote(se.Value), se.Name, err))
+		return crirpc.WithCode(codes.InvalidArgument, fmt.Errorf("pod %s: the kernel refuses value %s for sysctl %s: %w", pod, dockerspec.ShortQuote(se.Value), se.Name, err))
 	case errors.Is(se.Err, fs.ErrPermission):
 		return crirpc.WithCode(codes.InvalidArgument, fmt.Errorf("pod %s: sysctl %s is read-only in a pod's %s namespace: %w", pod, se.Name, se.Kind, err))
 	}

@@ -5,6 +5,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // UpdatePodSandboxResources is how kubelet (1.33+) tells the runtime of a
@@ -16,15 +18,15 @@ import (
 // error as the runtime rejecting the resize.
 func (ds *DockerService) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error) {
 	id := r.GetPodSandboxId()
-	if err := validateID("pod sandbox", "pod_sandbox_id", id); err != nil {
+	if err := dockerspec.ValidateID("pod sandbox", "pod_sandbox_id", id); err != nil {
 		return nil, err
 	}
 	// Checked although nothing is applied: accepting a negative CPU
 	// weight or memory limit would tell kubelet the resize took effect.
-	if err := validateResourceRanges("pod sandbox "+id+": resources", r.GetResources()); err != nil {
+	if err := dockerspec.ValidateResourceRanges("pod sandbox "+id+": resources", r.GetResources()); err != nil {
 		return nil, err
 	}
-	if err := validateResourceRanges("pod sandbox "+id+": overhead", r.GetOverhead()); err != nil {
+	if err := dockerspec.ValidateResourceRanges("pod sandbox "+id+": overhead", r.GetOverhead()); err != nil {
 		return nil, err
 	}
 	ref, err := ds.mustFindSandbox(id)

@@ -13,6 +13,8 @@ import (
 	"github.com/netshim/netshim/pkg/dockerservice/index"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // The index (pkg/dockerservice/index) follows Docker's events stream and
@@ -186,7 +188,7 @@ func newRecord(c container.InspectResponse, sb *labelcodec.Sandbox, ctr *labelco
 		if c.HostConfig != nil {
 			// The current limits, which UpdateContainerResources
 			// changes and labels cannot follow.
-			ctr = ctr.WithResources(resourcesFromHostConfig(c.HostConfig))
+			ctr = ctr.WithResources(dockerspec.ResourcesFromHostConfig(c.HostConfig))
 		}
 	}
 	r := &store.Record{

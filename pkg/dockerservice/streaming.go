@@ -11,6 +11,8 @@ import (
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // StreamingServer hands out the URLs of exec, attach and port-forward
@@ -74,7 +76,7 @@ func (ds *DockerService) Attach(_ context.Context, r *runtimeapi.AttachRequest) 
 // network namespace.
 func (ds *DockerService) PortForward(_ context.Context, r *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error) {
 	id := r.GetPodSandboxId()
-	if err := validateID("pod sandbox", "pod_sandbox_id", id); err != nil {
+	if err := dockerspec.ValidateID("pod sandbox", "pod_sandbox_id", id); err != nil {
 		return nil, fmt.Errorf("port-forward: %w", err)
 	}
 	for _, p := range r.GetPort() {
@@ -129,7 +131,7 @@ func errSandboxNotRunning(id string) error {
 // runningContainerForStream finds a workload container by ID or unique
 // prefix and checks that it runs.
 func (ds *DockerService) runningContainerForStream(what, id string) (*store.Record, error) {
-	if err := validateID("container", "container_id", id); err != nil {
+	if err := dockerspec.ValidateID("container", "container_id", id); err != nil {
 		return nil, fmt.Errorf("%s container: %w", what, err)
 	}
 	if err := ds.requireSynced(); err != nil {

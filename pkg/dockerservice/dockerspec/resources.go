@@ -1,4 +1,4 @@
-package dockerservice
+package dockerspec
 
 import (
 	"fmt"
@@ -37,16 +37,16 @@ import (
 //
 // Docker reads 0 as "unchanged" in an update and refuses a memory limit
 // of -1 (its minimum is 6 MiB), so "no memory limit" is said with
-// dockerNoMemoryLimit where Docker needs a number.
+// DockerNoMemoryLimit where Docker needs a number.
 
 const (
-	// dockerNoMemoryLimit is what netshim gives Docker as the memory limit
+	// DockerNoMemoryLimit is what netshim gives Docker as the memory limit
 	// (and memory+swap limit) to mean none: the kernel's own maximum
 	// (PAGE_COUNTER_MAX pages), which cgroup v1 reads back for "no limit"
 	// and cgroup v2 shows as "max", whatever the page size.
-	dockerNoMemoryLimit int64 = 1<<63 - 1<<12
+	DockerNoMemoryLimit int64 = 1<<63 - 1<<12
 	// noMemoryLimitFloor: Docker memory limits from here up (2 EiB) are
-	// netshim's "none" (dockerNoMemoryLimit minus at most maxSwapBytes)
+	// netshim's "none" (DockerNoMemoryLimit minus at most maxSwapBytes)
 	// and reported so.
 	noMemoryLimitFloor int64 = 1 << 61
 	// maxSwapBytes (1 EiB) bounds a swap limit, so that a container with
@@ -80,10 +80,10 @@ var unifiedDefaults = map[string]string{
 	"cpu.idle":         "0",
 }
 
-// resourceRequest is a CRI resources request with the unified entries
+// ResourceRequest is a CRI resources request with the unified entries
 // Docker can express folded into fields. For every int64, 0 means "not
 // asked" (as in the CRI and in Docker) and -1 "no limit".
-type resourceRequest struct {
+type ResourceRequest struct {
 	cpuShares, cpuPeriod, cpuQuota int64
 	cpusetCpus, cpusetMems         string
 	memory                         int64
@@ -98,14 +98,14 @@ type resourceRequest struct {
 	// reservation is memory.low, Docker's MemoryReservation.
 	reservation int64
 	// skipped names what Docker cannot set ("key=value").
-	skipped []string
+	Skipped []string
 }
 
-// resolveResources folds the unified entries into the CRI fields. A key
+// ResolveResources folds the unified entries into the CRI fields. A key
 // that says the same as a field must agree with it; a value Docker's field
 // cannot hold, or that is malformed, is InvalidArgument.
-func resolveResources(res *runtimeapi.LinuxContainerResources) (resourceRequest, error) {
-	q := resourceRequest{
+func ResolveResources(res *runtimeapi.LinuxContainerResources) (ResourceRequest, error) {
+	q := ResourceRequest{
 		cpuShares: res.GetCpuShares(), cpuPeriod: res.GetCpuPeriod(), cpuQuota: res.GetCpuQuota(),
 		cpusetCpus: res.GetCpusetCpus(), cpusetMems: res.GetCpusetMems(),
 		memory: res.GetMemoryLimitInBytes(), memsw: res.GetMemorySwapLimitInBytes(),
@@ -121,34 +121,34 @@ func resolveResources(res *runtimeapi.LinuxContainerResources) (resourceRequest,
 	for _, k := range keys {
 		v := strings.TrimSpace(unified[k])
 		if err := q.fold(k, v); err != nil {
-			return resourceRequest{}, crirpc.InvalidArgf("unified %s: %s %v", shortQuote(k), shortQuote(v), err)
+			return ResourceRequest{}, crirpc.InvalidArgf("unified %s: %s %v", ShortQuote(k), ShortQuote(v), err)
 		}
 	}
 	for _, h := range res.GetHugepageLimits() {
 		// kubelet sends a 0 limit for every page size the node has; Docker
 		// has no hugetlb limits at all, so only a real one is worth a word.
 		if h.GetLimit() > 0 {
-			q.skipped = append(q.skipped, fmt.Sprintf("hugepage_limits[%s]=%d", h.GetPageSize(), h.GetLimit()))
+			q.Skipped = append(q.Skipped, fmt.Sprintf("hugepage_limits[%s]=%d", h.GetPageSize(), h.GetLimit()))
 		}
 	}
 	if q.memory > 0 && q.memory < dockerMinMemory {
 		// Docker would refuse it only at create.
-		return resourceRequest{}, crirpc.InvalidArgf("memory limit %d is below Docker's minimum of %d bytes (6 MiB)", q.memory, dockerMinMemory)
+		return ResourceRequest{}, crirpc.InvalidArgf("memory limit %d is below Docker's minimum of %d bytes (6 MiB)", q.memory, dockerMinMemory)
 	}
 	if q.memsw != 0 && q.swapSet {
-		return resourceRequest{}, crirpc.InvalidArgf("memory_swap_limit_in_bytes and unified %s both limit swap; give one", unifiedSwapMax)
+		return ResourceRequest{}, crirpc.InvalidArgf("memory_swap_limit_in_bytes and unified %s both limit swap; give one", unifiedSwapMax)
 	}
 	if q.reservation > 0 && q.memory > 0 && q.reservation > q.memory {
 		// Docker refuses a reservation above the limit; the kernel would
 		// simply never reach it.
-		q.skipped = append(q.skipped, fmt.Sprintf("%s=%d (above the memory limit)", unifiedMemoryLow, q.reservation))
+		q.Skipped = append(q.Skipped, fmt.Sprintf("%s=%d (above the memory limit)", unifiedMemoryLow, q.reservation))
 		q.reservation = 0
 	}
 	return q, nil
 }
 
 // fold takes one unified entry into q. The error completes a sentence.
-func (q *resourceRequest) fold(key, v string) error {
+func (q *ResourceRequest) fold(key, v string) error {
 	switch key {
 	case unifiedMemoryMax:
 		n, err := parseMaxOrBytes(v)
@@ -156,7 +156,7 @@ func (q *resourceRequest) fold(key, v string) error {
 			return err
 		}
 		if n == 0 {
-			return errString("would leave the container no memory")
+			return ErrString("would leave the container no memory")
 		}
 		return agree(&q.memory, n, "memory_limit_in_bytes")
 	case unifiedSwapMax:
@@ -176,11 +176,11 @@ func (q *resourceRequest) fold(key, v string) error {
 		case n == 0:
 			// The default: nothing to do.
 		case n > 0 && n < dockerMinMemory:
-			q.skipped = append(q.skipped, fmt.Sprintf("%s=%s (below Docker's minimum reservation of %d bytes)", key, v, dockerMinMemory))
+			q.Skipped = append(q.Skipped, fmt.Sprintf("%s=%s (below Docker's minimum reservation of %d bytes)", key, v, dockerMinMemory))
 		case n > 0:
 			q.reservation = n
 		default:
-			q.skipped = append(q.skipped, key+"="+v)
+			q.Skipped = append(q.Skipped, key+"="+v)
 		}
 	case unifiedCPUMax:
 		quota, period, err := parseCPUMax(v)
@@ -199,12 +199,12 @@ func (q *resourceRequest) fold(key, v string) error {
 			return err
 		}
 		if n == 0 {
-			return errString("would let the container start no process")
+			return ErrString("would let the container start no process")
 		}
 		q.pids = &n
 	case unifiedCpusetCPUs, unifiedCpusetMems:
-		if !validCPUSet(v) {
-			return errString("is not a list like 0-3,5")
+		if !ValidCPUSet(v) {
+			return ErrString("is not a list like 0-3,5")
 		}
 		if key == unifiedCpusetCPUs {
 			return agreeString(&q.cpusetCpus, v, "cpuset_cpus")
@@ -212,7 +212,7 @@ func (q *resourceRequest) fold(key, v string) error {
 		return agreeString(&q.cpusetMems, v, "cpuset_mems")
 	default:
 		if unifiedDefaults[key] != v {
-			q.skipped = append(q.skipped, key+"="+v)
+			q.Skipped = append(q.Skipped, key+"="+v)
 		}
 	}
 	return nil
@@ -226,7 +226,7 @@ func parseMaxOrBytes(v string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, errString(`is neither "max" nor a non-negative integer`)
+		return 0, ErrString(`is neither "max" nor a non-negative integer`)
 	}
 	return n, nil
 }
@@ -236,14 +236,14 @@ func parseMaxOrBytes(v string) (int64, error) {
 func parseCPUMax(v string) (quota, period int64, err error) {
 	f := strings.Fields(v)
 	if len(f) == 0 || len(f) > 2 {
-		return 0, 0, errString(`is not "$QUOTA $PERIOD" (QUOTA a number of microseconds or "max")`)
+		return 0, 0, ErrString(`is not "$QUOTA $PERIOD" (QUOTA a number of microseconds or "max")`)
 	}
 	if quota, err = parseMaxOrBytes(f[0]); err != nil || (quota >= 0 && quota < minCPUQuota) {
-		return 0, 0, fmt.Errorf("has quota %s: want \"max\" or at least %d microseconds", shortQuote(f[0]), minCPUQuota)
+		return 0, 0, fmt.Errorf("has quota %s: want \"max\" or at least %d microseconds", ShortQuote(f[0]), minCPUQuota)
 	}
 	if len(f) == 2 {
 		if period, err = strconv.ParseInt(f[1], 10, 64); err != nil || period < minCPUPeriod || period > maxCPUPeriod {
-			return 0, 0, fmt.Errorf("has period %s: want %d-%d microseconds", shortQuote(f[1]), minCPUPeriod, maxCPUPeriod)
+			return 0, 0, fmt.Errorf("has period %s: want %d-%d microseconds", ShortQuote(f[1]), minCPUPeriod, maxCPUPeriod)
 		}
 	}
 	return quota, period, nil
@@ -261,7 +261,7 @@ func agree(field *int64, v int64, name string) error {
 
 func agreeString(field *string, v, name string) error {
 	if *field != "" && *field != v {
-		return fmt.Errorf("contradicts %s %s", name, shortQuote(*field))
+		return fmt.Errorf("contradicts %s %s", name, ShortQuote(*field))
 	}
 	*field = v
 	return nil
@@ -272,18 +272,18 @@ func agreeString(field *string, v, name string) error {
 // 0 is "not set"/"unchanged" for Docker too, and a quota of -1 lifts a
 // CFS limit (Docker hands it to runc, which writes the kernel's "no
 // limit").
-func (q *resourceRequest) applyCommon(r *container.Resources) {
+func (q *ResourceRequest) applyCommon(r *container.Resources) {
 	r.CPUShares, r.CPUPeriod, r.CPUQuota = q.cpuShares, q.cpuPeriod, q.cpuQuota
 	r.CpusetCpus, r.CpusetMems = q.cpusetCpus, q.cpusetMems
 	r.PidsLimit = q.pids
 	r.MemoryReservation = q.reservation
 }
 
-// applyCreate sets Docker's resources for a new container. Memory and
+// ApplyCreate sets Docker's resources for a new container. Memory and
 // swap follow Docker's rules: MemorySwap is memory+swap, -1 for no swap
 // limit, and needs a memory limit; with a memory limit and MemorySwap 0
 // Docker would pick twice the memory, which no CRI request means.
-func (q *resourceRequest) applyCreate(r *container.Resources) error {
+func (q *ResourceRequest) ApplyCreate(r *container.Resources) error {
 	q.applyCommon(r)
 	mem := max(q.memory, 0) // -1: no limit, Docker's default
 	switch {
@@ -301,16 +301,16 @@ func (q *resourceRequest) applyCreate(r *container.Resources) error {
 	return nil
 }
 
-// applyUpdate sets what an update changes. cur is the container's current
-// limits (as resourcesFromHostConfig reports them): a memory limit of 0
+// ApplyUpdate sets what an update changes. cur is the container's current
+// limits (as ResourcesFromHostConfig reports them): a memory limit of 0
 // in the request leaves the memory limit as it is, as Docker, runc and
 // crictl read it, but a swap request still needs it (runc derives cgroup
 // v2's swap limit from memory+swap minus memory).
 //
 // Docker passes MemorySwap to runc only when positive: -1 would leave the
 // kernel's swap limit as it is, so a lifted swap limit is
-// dockerNoMemoryLimit.
-func (q *resourceRequest) applyUpdate(r *container.Resources, cur *runtimeapi.LinuxContainerResources) error {
+// DockerNoMemoryLimit.
+func (q *ResourceRequest) ApplyUpdate(r *container.Resources, cur *runtimeapi.LinuxContainerResources) error {
 	q.applyCommon(r)
 	swapUnlimited := q.memsw == -1 || (q.swapSet && q.swap == -1)
 	if q.memory == 0 && q.memsw == 0 && !q.swapSet {
@@ -329,12 +329,12 @@ func (q *resourceRequest) applyUpdate(r *container.Resources, cur *runtimeapi.Li
 		case q.swapSet && q.swap >= 0:
 			return q.setSwap(r, 0)
 		case swapUnlimited:
-			r.Memory, r.MemorySwap = dockerNoMemoryLimit-maxSwapBytes, dockerNoMemoryLimit
+			r.Memory, r.MemorySwap = DockerNoMemoryLimit-maxSwapBytes, DockerNoMemoryLimit
 		default:
 			// As runc does for a memory limit of -1: swap is lifted
 			// with it (on cgroup v1 a swap limit below the memory limit
 			// would make the kernel refuse the new one).
-			r.Memory, r.MemorySwap = dockerNoMemoryLimit, dockerNoMemoryLimit
+			r.Memory, r.MemorySwap = DockerNoMemoryLimit, DockerNoMemoryLimit
 		}
 		return nil
 	}
@@ -347,7 +347,7 @@ func (q *resourceRequest) applyUpdate(r *container.Resources, cur *runtimeapi.Li
 	case q.swapSet && q.swap >= 0:
 		return q.setSwap(r, mem)
 	case swapUnlimited:
-		r.Memory, r.MemorySwap = mem, dockerNoMemoryLimit
+		r.Memory, r.MemorySwap = mem, DockerNoMemoryLimit
 	default:
 		// Swap not asked: the container keeps the swap it has, so its
 		// memory+swap moves with the memory (runc keeps the old one
@@ -364,11 +364,11 @@ func (q *resourceRequest) applyUpdate(r *container.Resources, cur *runtimeapi.Li
 
 // setSwap sets a swap limit of q.swap bytes (cgroup v2's memory.swap.max)
 // on top of a memory limit of mem bytes (0: none).
-func (q *resourceRequest) setSwap(r *container.Resources, mem int64) error {
+func (q *ResourceRequest) setSwap(r *container.Resources, mem int64) error {
 	if mem == 0 {
 		// Docker needs a memory limit to limit swap: the kernel's maximum
 		// less the swap, which runc subtracts again.
-		r.Memory, r.MemorySwap = dockerNoMemoryLimit-q.swap, dockerNoMemoryLimit
+		r.Memory, r.MemorySwap = DockerNoMemoryLimit-q.swap, DockerNoMemoryLimit
 		return nil
 	}
 	if mem > math.MaxInt64-q.swap {
@@ -378,35 +378,16 @@ func (q *resourceRequest) setSwap(r *container.Resources, mem int64) error {
 	return nil
 }
 
-// warnSkipped reports, in one line, what of a request Docker cannot set.
-func warnSkipped(container, action string, skipped []string) {
+// WarnSkipped reports, in one line, what of a request Docker cannot set.
+func WarnSkipped(container, action string, skipped []string) {
 	if len(skipped) == 0 {
 		return
 	}
 	klog.InfoS("WARNING: Docker has no setting for these cgroup resources; they are not applied", "container", container, "request", action, "skipped", skipped)
 }
 
-// setResources maps CRI resources to Docker's for a new container.
-// oom_score_adj goes through the same CAP_SYS_RESOURCE clamp as
-// sandboxes.
-func (ds *DockerService) setResources(r *container.Resources, oomScoreAdj *int, res *runtimeapi.LinuxContainerResources, name string) error {
-	if res == nil {
-		return nil
-	}
-	q, err := resolveResources(res)
-	if err != nil {
-		return err
-	}
-	if err := q.applyCreate(r); err != nil {
-		return err
-	}
-	*oomScoreAdj = ds.containers.oom.apply(int(res.GetOomScoreAdj()))
-	warnSkipped(name, "CreateContainer", q.skipped)
-	return nil
-}
-
-// resourcesFromHostConfig is the CRI view of a container's Docker limits.
-func resourcesFromHostConfig(hc *container.HostConfig) *runtimeapi.LinuxContainerResources {
+// ResourcesFromHostConfig is the CRI view of a container's Docker limits.
+func ResourcesFromHostConfig(hc *container.HostConfig) *runtimeapi.LinuxContainerResources {
 	r := &runtimeapi.LinuxContainerResources{
 		CpuPeriod:          hc.CPUPeriod,
 		CpuQuota:           hc.CPUQuota,
@@ -416,7 +397,7 @@ func resourcesFromHostConfig(hc *container.HostConfig) *runtimeapi.LinuxContaine
 		CpusetCpus:         hc.CpusetCpus,
 		CpusetMems:         hc.CpusetMems,
 	}
-	// -1 (and dockerNoMemoryLimit) is how netshim asks Docker for "no
+	// -1 (and DockerNoMemoryLimit) is how netshim asks Docker for "no
 	// swap limit of its own"; the CRI says that with 0.
 	r.MemorySwapLimitInBytes = reportedMemory(hc.MemorySwap)
 	return r

@@ -1,4 +1,4 @@
-package dockerservice
+package dockerspec
 
 import (
 	"math"
@@ -36,7 +36,7 @@ func TestValidateContainerSpec(t *testing.T) {
 		{"name with space", func(c *runtimeapi.ContainerConfig) { c.Metadata.Name = "a b" }, "container metadata: name"},
 		{"bad image ref", func(c *runtimeapi.ContainerConfig) { c.Image.Image = "UPPER/Case:tag" }, "invalid image reference"},
 		{"bad image id", func(c *runtimeapi.ContainerConfig) { c.Image.Image = "sha256:xyz" }, "invalid image ID"},
-		{"huge labels", func(c *runtimeapi.ContainerConfig) { c.Labels["big"] = strings.Repeat("x", maxLabelBytes) }, "labels and annotations"},
+		{"huge labels", func(c *runtimeapi.ContainerConfig) { c.Labels["big"] = strings.Repeat("x", MaxLabelBytes) }, "labels and annotations"},
 		{"env name with =", func(c *runtimeapi.ContainerConfig) {
 			c.Envs = append(c.Envs, &runtimeapi.KeyValue{Key: "A=B", Value: []byte("c")})
 		}, "environment variable name"},
@@ -81,16 +81,16 @@ func TestValidateContainerSpec(t *testing.T) {
 		}), "supplemental groups policy Strict is not supported by the Docker engine"},
 		{"unknown groups policy", sec(func(s *runtimeapi.LinuxContainerSecurityContext) { s.SupplementalGroupsPolicy = 9 }), "supplemental groups policy 9"},
 		{"image volume with host path", func(c *runtimeapi.ContainerConfig) {
-			c.Mounts = []*runtimeapi.Mount{{HostPath: "/data", ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: testImageID}}}
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/data", ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: imageID}}}
 		}, "both a host path and an image"},
 		{"image volume sub path climbs", func(c *runtimeapi.ContainerConfig) {
-			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: testImageID}, ImageSubPath: "../etc"}}
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: imageID}, ImageSubPath: "../etc"}}
 		}, "image_sub_path"},
 		{"image volume bad image", func(c *runtimeapi.ContainerConfig) {
 			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: "sha256:XYZ"}}}
 		}, "image volume"},
 		{"image volume ok", func(c *runtimeapi.ContainerConfig) {
-			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: testImageID}, ImageSubPath: "usr/share"}}
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: imageID}, ImageSubPath: "usr/share"}}
 		}, ""},
 		{"sub path on a host path mount is ignored", func(c *runtimeapi.ContainerConfig) {
 			c.Mounts = []*runtimeapi.Mount{{HostPath: "/data/sub", ContainerPath: "/data", ImageSubPath: "sub"}}
@@ -124,12 +124,12 @@ func TestValidateContainerSpec(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := ctrConfig("c")
 			tc.mutate(cfg)
-			requireInvalidArgument(t, validateContainerSpec(cfg), tc.wantErr)
+			requireInvalidArgument(t, ValidateContainerSpec(cfg), tc.wantErr)
 		})
 	}
 }
 
-// validateResourceRanges is what every LinuxContainerResources gets,
+// ValidateResourceRanges is what every LinuxContainerResources gets,
 // containers' and pods' alike: a value no cgroup can hold is refused, and
 // what kubelet sends is not.
 func TestValidateResourceRanges(t *testing.T) {
@@ -168,7 +168,7 @@ func TestValidateResourceRanges(t *testing.T) {
 		{"hugepage limit without page size", &res{HugepageLimits: []*runtimeapi.HugepageLimit{{Limit: 2 << 20}}}, "hugepage_limits[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := validateResourceRanges("pod sandbox resources", tc.res)
+			err := ValidateResourceRanges("pod sandbox resources", tc.res)
 			requireInvalidArgument(t, err, tc.wantErr)
 			if err != nil && !strings.HasPrefix(err.Error(), "pod sandbox resources: ") {
 				t.Errorf("%v does not say whose resources", err)

@@ -1,13 +1,20 @@
-package dockerservice
+package dockerspec
 
 import (
+	"errors"
 	"path/filepath"
 
 	"github.com/docker/docker/api/types/container"
+	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/podns"
 )
+
+// ErrNoOCIKey: the markers cannot be signed (netshim found no key in
+// --netns-dir), so the wrapper would refuse the container.
+var ErrNoOCIKey = crirpc.WithCode(codes.FailedPrecondition, errors.New("pinned sandbox namespaces need the OCI wrapper's key in --netns-dir, which netshim could not make (see its start-up log)"))
 
 // devShm is where a pod's shared /dev/shm is bound in its containers.
 const devShm = "/dev/shm"
@@ -24,9 +31,9 @@ const devShm = "/dev/shm"
 // pins from the container's config (podns.ApplyToConfig): a sandbox of an
 // earlier netshim had them written by its first containers, and its
 // namespaces keep them.
-func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, in containerDockerInput) error {
-	ns := in.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
-	cp := in.pauseless
+func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, in ContainerInput) error {
+	ns := in.Config.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	cp := in.Pauseless
 	pl := cp.Pauseless
 	paths := podns.Paths{}
 	if ns.GetNetwork() == runtimeapi.NamespaceMode_NODE {
@@ -47,12 +54,12 @@ func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, 
 		hc.IpcMode = "private"
 		paths[podns.IPC] = pl.IPC
 	}
-	if len(paths) > 0 && in.ociKey == nil {
-		return errNoOCIKey
+	if len(paths) > 0 && in.OCIKey == nil {
+		return ErrNoOCIKey
 	}
 	// Always set, even naming nothing: the container runs under the
 	// wrapper, and netshim's entry overrides one the image's ENV has.
-	config.Env = append(config.Env, paths.Env(in.ociKey))
+	config.Env = append(config.Env, paths.Env(in.OCIKey))
 	return setPidAndUserns(hc, in, "")
 }
 
@@ -60,11 +67,11 @@ func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, 
 // pause-less sandbox, unless the container mounts its own there (an
 // emptyDir with medium Memory, often). Docker then makes no /dev/shm of
 // its own for the container.
-func pauselessShmBind(ms []*runtimeapi.Mount, in containerDockerInput) []string {
-	if in.pauseless == nil || in.pauseless.Pauseless.Shm == "" {
+func pauselessShmBind(ms []*runtimeapi.Mount, in ContainerInput) []string {
+	if in.Pauseless == nil || in.Pauseless.Pauseless.Shm == "" {
 		return nil
 	}
-	ns := in.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	ns := in.Config.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	if ns.GetIpc() == runtimeapi.NamespaceMode_NODE {
 		return nil
 	}
@@ -73,5 +80,5 @@ func pauselessShmBind(ms []*runtimeapi.Mount, in containerDockerInput) []string 
 			return nil
 		}
 	}
-	return []string{in.pauseless.Pauseless.Shm + ":" + devShm}
+	return []string{in.Pauseless.Pauseless.Shm + ":" + devShm}
 }

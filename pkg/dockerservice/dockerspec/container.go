@@ -1,4 +1,4 @@
-package dockerservice
+package dockerspec
 
 import (
 	"fmt"
@@ -45,40 +45,44 @@ const (
 	etcHosts      = "/etc/hosts"
 )
 
-// containerDockerInput is what the mapping needs besides the CRI config.
-type containerDockerInput struct {
-	cfg    *runtimeapi.ContainerConfig
-	labels map[string]string
+// ContainerInput is what the mapping needs besides the CRI config.
+type ContainerInput struct {
+	Config *runtimeapi.ContainerConfig
+	Labels map[string]string
 	// sandboxID is the infra container whose namespaces the container joins.
-	sandboxID string
+	SandboxID string
 	// sandboxNS are the sandbox's namespace options: a namespace the
 	// sandbox shares with the node is the node's for its containers too.
-	sandboxNS *runtimeapi.NamespaceOption
+	SandboxNS *runtimeapi.NamespaceOption
 	// cgroupParent is the sandbox's cgroup parent: the pod's cgroup.
-	cgroupParent string
-	// resolvConfPath and hostsPath are the sandbox's files, which every
+	CgroupParent string
+	// ResolvConfPath and HostsPath are the sandbox's files, which every
 	// container of the pod sees (empty when Docker made none).
-	resolvConfPath, hostsPath string
+	ResolvConfPath, HostsPath string
 	// pidTarget is the container whose pid namespace a TARGET mode joins.
-	pidTarget string
+	PidTarget string
 	// apiVersion is the negotiated Docker API version.
-	apiVersion string
+	APIVersion string
 	// selinux says SELinux is enabled on the host: only then can a mount's
 	// relabel request change anything.
-	selinux bool
+	SELinux bool
 	// pauseless is the checkpoint of a pause-less sandbox: the container
 	// joins its pinned namespaces through the OCI wrapper instead of an
 	// infra container's (container_pauseless.go). nil otherwise.
-	pauseless *checkpoint.PodSandbox
+	Pauseless *checkpoint.PodSandbox
 	// ociKey signs the marker of a pause-less sandbox's container.
-	ociKey *podns.Key
+	OCIKey *podns.Key
+	// OOMScoreAdj turns the oom_score_adj the CRI asks for into the one
+	// Docker is given (netshim clamps it where its root cannot lower it);
+	// nil keeps it as asked.
+	OOMScoreAdj func(int) int
 }
 
-// containerDockerConfig maps a CRI container config to Docker's. Errors
+// ContainerConfig maps a CRI container config to Docker's. Errors
 // are InvalidArgument: they name what the request asked that Docker cannot
 // do.
-func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*container.Config, *container.HostConfig, error) {
-	cfg := in.cfg
+func ContainerConfig(in ContainerInput) (*container.Config, *container.HostConfig, error) {
+	cfg := in.Config
 	linux := cfg.GetLinux()
 	sc := linux.GetSecurityContext()
 
@@ -87,7 +91,7 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 		Entrypoint: strslice.StrSlice(nonEmpty(cfg.GetCommand())),
 		Cmd:        strslice.StrSlice(nonEmpty(cfg.GetArgs())),
 		WorkingDir: cfg.GetWorkingDir(),
-		Labels:     in.labels,
+		Labels:     in.Labels,
 		Tty:        cfg.GetTty(),
 		OpenStdin:  cfg.GetStdin(),
 		StdinOnce:  cfg.GetStdin() && cfg.GetStdinOnce(),
@@ -110,16 +114,16 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 		LogConfig: container.LogConfig{Type: dockerLogDriver, Config: map[string]string{"max-size": dockerLogMaxSize, "max-file": dockerLogMaxFiles}},
 		// The restart policy stays "no": kubelet decides what restarts.
 	}
-	hc.CgroupParent = in.cgroupParent
+	hc.CgroupParent = in.CgroupParent
 
-	if in.pauseless != nil {
+	if in.Pauseless != nil {
 		if err := setPauselessNamespaces(config, hc, in); err != nil {
 			return nil, nil, err
 		}
 	} else if err := setNamespaces(hc, in); err != nil {
 		return nil, nil, err
 	}
-	binds, mounts, err := containerMounts(cfg.GetMounts(), in.apiVersion, in.selinux)
+	binds, mounts, err := containerMounts(cfg.GetMounts(), in.APIVersion, in.SELinux)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -138,7 +142,7 @@ func (ds *DockerService) containerDockerConfig(in containerDockerInput) (*contai
 		hc.Devices = append(hc.Devices, container.DeviceMapping{PathOnHost: d.GetHostPath(), PathInContainer: d.GetContainerPath(), CgroupPermissions: perms})
 	}
 
-	if err := ds.setResources(&hc.Resources, &hc.OomScoreAdj, linux.GetResources(), cfg.GetMetadata().GetName()); err != nil {
+	if err := setResources(&hc.Resources, &hc.OomScoreAdj, linux.GetResources(), cfg.GetMetadata().GetName(), in.OOMScoreAdj); err != nil {
 		return nil, nil, err
 	}
 	if err := setSecurityContext(config, hc, sc); err != nil {
@@ -158,14 +162,14 @@ func nonEmpty(s []string) []string {
 // IPC namespaces (or the node's when the pod uses those), and the pid
 // namespace the CRI asks for. The hostname comes with the network: Docker
 // gives a container in another's network that one's hostname.
-func setNamespaces(hc *container.HostConfig, in containerDockerInput) error {
-	ns := in.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
-	sandboxMode := container.NetworkMode("container:" + in.sandboxID)
+func setNamespaces(hc *container.HostConfig, in ContainerInput) error {
+	ns := in.Config.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	sandboxMode := container.NetworkMode("container:" + in.SandboxID)
 	node := func(own, pod runtimeapi.NamespaceMode) bool {
 		return own == runtimeapi.NamespaceMode_NODE || pod == runtimeapi.NamespaceMode_NODE
 	}
 
-	if node(ns.GetNetwork(), in.sandboxNS.GetNetwork()) {
+	if node(ns.GetNetwork(), in.SandboxNS.GetNetwork()) {
 		// The node's network, and its hostname (kubelet gives host-network
 		// pods the node's name).
 		hc.NetworkMode, hc.UTSMode = "host", "host"
@@ -173,7 +177,7 @@ func setNamespaces(hc *container.HostConfig, in containerDockerInput) error {
 		hc.NetworkMode = sandboxMode
 	}
 
-	if node(ns.GetIpc(), in.sandboxNS.GetIpc()) {
+	if node(ns.GetIpc(), in.SandboxNS.GetIpc()) {
 		hc.IpcMode = "host"
 	} else {
 		hc.IpcMode = container.IpcMode(sandboxMode)
@@ -185,14 +189,14 @@ func setNamespaces(hc *container.HostConfig, in containerDockerInput) error {
 // setPidAndUserns sets the pid namespace the CRI asks for, podPid being
 // the pod's shared one ("" when the sandbox has none), and refuses a user
 // namespace.
-func setPidAndUserns(hc *container.HostConfig, in containerDockerInput, podPid container.PidMode) error {
-	ns := in.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+func setPidAndUserns(hc *container.HostConfig, in ContainerInput, podPid container.PidMode) error {
+	ns := in.Config.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	switch ns.GetPid() {
 	case runtimeapi.NamespaceMode_NODE:
 		hc.PidMode = "host"
 	case runtimeapi.NamespaceMode_POD:
 		switch {
-		case in.sandboxNS.GetPid() == runtimeapi.NamespaceMode_NODE:
+		case in.SandboxNS.GetPid() == runtimeapi.NamespaceMode_NODE:
 			hc.PidMode = "host"
 		case podPid == "":
 			// A pause-less pod has no pid namespace to share (it was run
@@ -206,10 +210,10 @@ func setPidAndUserns(hc *container.HostConfig, in containerDockerInput, podPid c
 	case runtimeapi.NamespaceMode_CONTAINER:
 		// Its own pid namespace: Docker's default.
 	case runtimeapi.NamespaceMode_TARGET:
-		if in.pidTarget == "" {
+		if in.PidTarget == "" {
 			return crirpc.InvalidArgf("pid namespace mode TARGET needs a target container ID")
 		}
-		hc.PidMode = container.PidMode("container:" + in.pidTarget)
+		hc.PidMode = container.PidMode("container:" + in.PidTarget)
 	default:
 		return crirpc.InvalidArgf("unknown pid namespace mode %d", ns.GetPid())
 	}
@@ -235,7 +239,7 @@ func setPidAndUserns(hc *container.HostConfig, in containerDockerInput, podPid c
 func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (binds []string, mounts []mount.Mount, err error) {
 	seen := map[string]bool{}
 	for _, m := range ms {
-		if isImageMount(m) {
+		if IsImageMount(m) {
 			mt, err := imageVolumeMount(m, apiVersion, seen)
 			if err != nil {
 				return nil, nil, err
@@ -368,18 +372,18 @@ func readOnlyNeedsNonRecursive(apiVersion string) bool {
 // Read-only files are mounts with ReadOnlyNonRecursive where the API has
 // it, like every read-only bind netshim makes (a file has no submounts,
 // but one rule for all keeps what Docker is asked for predictable).
-func sandboxFileBinds(ms []*runtimeapi.Mount, in containerDockerInput, readonlyRootfs bool) (binds []string, mounts []mount.Mount) {
+func sandboxFileBinds(ms []*runtimeapi.Mount, in ContainerInput, readonlyRootfs bool) (binds []string, mounts []mount.Mount) {
 	mounted := map[string]bool{}
 	for _, m := range ms {
 		mounted[filepath.Clean(m.GetContainerPath())] = true
 	}
-	for _, f := range [][2]string{{etcResolvConf, in.resolvConfPath}, {etcHosts, in.hostsPath}} {
+	for _, f := range [][2]string{{etcResolvConf, in.ResolvConfPath}, {etcHosts, in.HostsPath}} {
 		dst, src := f[0], f[1]
 		if src == "" || mounted[dst] {
 			continue
 		}
 		switch {
-		case readonlyRootfs && readOnlyNeedsNonRecursive(in.apiVersion):
+		case readonlyRootfs && readOnlyNeedsNonRecursive(in.APIVersion):
 			// No CreateMountpoint: Docker made the file; if it is gone, a
 			// directory in its place would be wrong.
 			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: dst, ReadOnly: true,
@@ -553,7 +557,29 @@ func apparmorSecurityOpt(p *runtimeapi.SecurityProfile) ([]string, error) {
 	return nil, crirpc.InvalidArgf("unknown apparmor profile type %d", p.GetProfileType())
 }
 
-// describeNamespaces is a one-line summary for logs.
-func describeNamespaces(hc *container.HostConfig) string {
+// DescribeNamespaces is a one-line summary for logs.
+func DescribeNamespaces(hc *container.HostConfig) string {
 	return fmt.Sprintf("net=%s ipc=%s pid=%s uts=%s", hc.NetworkMode, hc.IpcMode, hc.PidMode, hc.UTSMode)
+}
+
+// setResources maps CRI resources to Docker's for a new container.
+// oom_score_adj goes through the same CAP_SYS_RESOURCE clamp as
+// sandboxes.
+func setResources(r *container.Resources, oomScoreAdj *int, res *runtimeapi.LinuxContainerResources, name string, clamp func(int) int) error {
+	if res == nil {
+		return nil
+	}
+	q, err := ResolveResources(res)
+	if err != nil {
+		return err
+	}
+	if err := q.ApplyCreate(r); err != nil {
+		return err
+	}
+	*oomScoreAdj = int(res.GetOomScoreAdj())
+	if clamp != nil {
+		*oomScoreAdj = clamp(*oomScoreAdj)
+	}
+	WarnSkipped(name, "CreateContainer", q.Skipped)
+	return nil
 }

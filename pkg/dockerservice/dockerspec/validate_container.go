@@ -1,4 +1,4 @@
-package dockerservice
+package dockerspec
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 )
 
 // This file checks a CreateContainer request before any Docker call, as
-// sandbox_validate.go does for RunPodSandbox: what Docker would refuse only
+// validate_sandbox.go does for RunPodSandbox: what Docker would refuse only
 // at start, and what would make Docker use host paths the request did not
 // give cleanly (a relative host path is a named volume to Docker).
 
@@ -31,9 +31,28 @@ const (
 	maxCPUQuota = 1<<44 - 1
 )
 
-// validateContainerSpec checks a container config whose metadata and
-// image are present (validateContainerConfig checked that).
-func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
+// ValidateCreateContainer rejects what cannot make a container, before
+// any Docker call.
+func ValidateCreateContainer(r *runtimeapi.CreateContainerRequest) error {
+	if err := ValidateID("pod sandbox", "pod_sandbox_id", r.GetPodSandboxId()); err != nil {
+		return err
+	}
+	cfg := r.GetConfig()
+	if cfg == nil {
+		return crirpc.InvalidArgf("container config is required")
+	}
+	if cfg.GetMetadata() == nil || cfg.GetMetadata().GetName() == "" {
+		return crirpc.InvalidArgf("container config: metadata with a name is required")
+	}
+	if cfg.GetImage().GetImage() == "" {
+		return crirpc.InvalidArgf("container %s: image is required", cfg.GetMetadata().GetName())
+	}
+	return ValidateContainerSpec(cfg)
+}
+
+// ValidateContainerSpec checks a container config whose metadata and
+// image are present (ValidateCreateContainer checked that).
+func ValidateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
 	name := cfg.GetMetadata().GetName()
 	if err := validateNamePart("container metadata: name", name); err != nil {
 		return err
@@ -55,7 +74,7 @@ func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
 		return err
 	}
 	linux := cfg.GetLinux()
-	if err := validateResources(what, linux.GetResources()); err != nil {
+	if err := ValidateResources(what, linux.GetResources()); err != nil {
 		return err
 	}
 	sc := linux.GetSecurityContext()
@@ -63,14 +82,14 @@ func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
 		return err
 	}
 	if ns := sc.GetNamespaceOptions(); ns.GetPid() == runtimeapi.NamespaceMode_TARGET {
-		if err := validateID("container", "namespace_options.target_id", ns.GetTargetId()); err != nil {
+		if err := ValidateID("container", "namespace_options.target_id", ns.GetTargetId()); err != nil {
 			return fmt.Errorf("%s: pid namespace target: %w", what, err)
 		}
 	}
 	if err := validateIDs(what, sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups()); err != nil {
 		return err
 	}
-	if err := validateGroupsPolicy(what, sc.GetSupplementalGroupsPolicy()); err != nil {
+	if err := ValidateGroupsPolicy(what, sc.GetSupplementalGroupsPolicy()); err != nil {
 		return err
 	}
 	if err := validateSeccompProfile(what, sc.GetSeccomp()); err != nil {
@@ -85,10 +104,10 @@ func validateContainerSpec(cfg *runtimeapi.ContainerConfig) error {
 func validateProcess(what string, cfg *runtimeapi.ContainerConfig) error {
 	for _, kv := range cfg.GetEnvs() {
 		if strings.ContainsAny(kv.GetKey(), "=\x00") {
-			return crirpc.InvalidArgf("%s: environment variable name %s must not contain '=' or NUL", what, shortQuote(kv.GetKey()))
+			return crirpc.InvalidArgf("%s: environment variable name %s must not contain '=' or NUL", what, ShortQuote(kv.GetKey()))
 		}
 		if strings.ContainsRune(string(kv.GetValue()), 0) {
-			return crirpc.InvalidArgf("%s: environment variable %s has a NUL in its value", what, shortQuote(kv.GetKey()))
+			return crirpc.InvalidArgf("%s: environment variable %s has a NUL in its value", what, ShortQuote(kv.GetKey()))
 		}
 		if kv.GetKey() == podns.EnvKey {
 			// netshim's OCI wrapper reads it to choose a container's
@@ -98,11 +117,11 @@ func validateProcess(what string, cfg *runtimeapi.ContainerConfig) error {
 	}
 	for _, a := range append(append([]string{}, cfg.GetCommand()...), cfg.GetArgs()...) {
 		if strings.ContainsRune(a, 0) {
-			return crirpc.InvalidArgf("%s: command argument %s contains NUL", what, shortQuote(a))
+			return crirpc.InvalidArgf("%s: command argument %s contains NUL", what, ShortQuote(a))
 		}
 	}
 	if wd := cfg.GetWorkingDir(); wd != "" && (!filepath.IsAbs(wd) || strings.ContainsRune(wd, 0)) {
-		return crirpc.InvalidArgf("%s: working directory %s must be an absolute path", what, shortQuote(wd))
+		return crirpc.InvalidArgf("%s: working directory %s must be an absolute path", what, ShortQuote(wd))
 	}
 	return nil
 }
@@ -118,15 +137,15 @@ func validateMounts(what string, ms []*runtimeapi.Mount) error {
 		// image_sub_path is ignored on other mounts: kubelet copies a
 		// volume's subPath there for every mount of a pod that has an
 		// image volume, after applying it to the host path already.
-		if isImageMount(m) {
+		if IsImageMount(m) {
 			if err := validateImageMount(what, m); err != nil {
 				return err
 			}
 		} else if err := checkHostPath(m.GetHostPath()); err != nil {
-			return crirpc.InvalidArgf("%s: mount %s: host path %s %v", what, shortQuote(m.GetContainerPath()), shortQuote(m.GetHostPath()), err)
+			return crirpc.InvalidArgf("%s: mount %s: host path %s %v", what, ShortQuote(m.GetContainerPath()), ShortQuote(m.GetHostPath()), err)
 		}
 		if p := m.GetContainerPath(); !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
-			return crirpc.InvalidArgf("%s: mount %s: the container path must be absolute", what, shortQuote(p))
+			return crirpc.InvalidArgf("%s: mount %s: the container path must be absolute", what, ShortQuote(p))
 		}
 	}
 	return nil
@@ -140,14 +159,14 @@ func validateDevices(what string, ds []*runtimeapi.Device) error {
 			return crirpc.InvalidArgf("%s: device %d is empty", what, i)
 		}
 		if err := checkHostPath(d.GetHostPath()); err != nil {
-			return crirpc.InvalidArgf("%s: device %s %v", what, shortQuote(d.GetHostPath()), err)
+			return crirpc.InvalidArgf("%s: device %s %v", what, ShortQuote(d.GetHostPath()), err)
 		}
 		if p := d.GetContainerPath(); !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
-			return crirpc.InvalidArgf("%s: device %s: the container path %s must be absolute", what, shortQuote(d.GetHostPath()), shortQuote(p))
+			return crirpc.InvalidArgf("%s: device %s: the container path %s must be absolute", what, ShortQuote(d.GetHostPath()), ShortQuote(p))
 		}
 		perms := d.GetPermissions()
 		if strings.Trim(perms, "rwm") != "" {
-			return crirpc.InvalidArgf("%s: device %s: permissions %s may only hold r, w and m", what, shortQuote(d.GetHostPath()), shortQuote(perms))
+			return crirpc.InvalidArgf("%s: device %s: permissions %s may only hold r, w and m", what, ShortQuote(d.GetHostPath()), ShortQuote(perms))
 		}
 	}
 	return nil
@@ -156,42 +175,42 @@ func validateDevices(what string, ds []*runtimeapi.Device) error {
 func checkHostPath(p string) error {
 	switch {
 	case p == "":
-		return errString("is required")
+		return ErrString("is required")
 	case !filepath.IsAbs(p):
-		return errString("must be absolute")
-	case hasDotDot(p):
-		return errString("must not contain '..'")
+		return ErrString("must be absolute")
+	case HasDotDot(p):
+		return ErrString("must not contain '..'")
 	case strings.ContainsRune(p, 0):
-		return errString("must not contain NUL")
+		return ErrString("must not contain NUL")
 	}
 	return nil
 }
 
-// errString is an error whose text completes a sentence.
-type errString string
+// ErrString is an error whose text completes a sentence.
+type ErrString string
 
-func (e errString) Error() string { return string(e) }
+func (e ErrString) Error() string { return string(e) }
 
-// validateResources refuses limits the kernel or Docker cannot take: the
-// ranges of validateResourceRanges, then what Docker's fields cannot
-// express (resolveResources). Used by CreateContainer and
+// ValidateResources refuses limits the kernel or Docker cannot take: the
+// ranges of ValidateResourceRanges, then what Docker's fields cannot
+// express (ResolveResources). Used by CreateContainer and
 // UpdateContainerResources, whose resources are applied through Docker.
-func validateResources(what string, res *runtimeapi.LinuxContainerResources) error {
+func ValidateResources(what string, res *runtimeapi.LinuxContainerResources) error {
 	if res == nil {
 		return nil
 	}
-	if err := validateResourceRanges(what, res); err != nil {
+	if err := ValidateResourceRanges(what, res); err != nil {
 		return err
 	}
 	// The unified (cgroup v2) entries Docker has a field for must be
 	// well-formed and agree with the fields; the others are not read.
-	if _, err := resolveResources(res); err != nil {
+	if _, err := ResolveResources(res); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
 
-// validateResourceRanges refuses values no cgroup can hold, whoever the
+// ValidateResourceRanges refuses values no cgroup can hold, whoever the
 // resources are for: a container's (applied through Docker) or a pod's
 // (RunPodSandbox and UpdatePodSandboxResources, where kubelet sizes the
 // pod's cgroup itself and netshim applies nothing, so Docker's own limits,
@@ -201,7 +220,7 @@ func validateResources(what string, res *runtimeapi.LinuxContainerResources) err
 // which is how an update lifts a limit. Any other negative value can only
 // be a mistake: Docker would pass it on, and the kernel refuse it at start
 // or read it as something else.
-func validateResourceRanges(what string, res *runtimeapi.LinuxContainerResources) error {
+func ValidateResourceRanges(what string, res *runtimeapi.LinuxContainerResources) error {
 	if res == nil {
 		return nil
 	}
@@ -236,8 +255,8 @@ func validateResourceRanges(what string, res *runtimeapi.LinuxContainerResources
 		return crirpc.InvalidArgf("%s: oom_score_adj %d is out of range -1000-1000", what, o)
 	}
 	for _, f := range []struct{ field, v string }{{"cpuset_cpus", res.GetCpusetCpus()}, {"cpuset_mems", res.GetCpusetMems()}} {
-		if !validCPUSet(f.v) {
-			return crirpc.InvalidArgf("%s: %s %s is not a list like 0-3,5", what, f.field, shortQuote(f.v))
+		if !ValidCPUSet(f.v) {
+			return crirpc.InvalidArgf("%s: %s %s is not a list like 0-3,5", what, f.field, ShortQuote(f.v))
 		}
 	}
 	// A limit is an unsigned byte count; one without a page size names no
@@ -251,9 +270,9 @@ func validateResourceRanges(what string, res *runtimeapi.LinuxContainerResources
 	return nil
 }
 
-// validCPUSet checks the kernel's list format ("0-3,5,7-8"); empty means
+// ValidCPUSet checks the kernel's list format ("0-3,5,7-8"); empty means
 // unset.
-func validCPUSet(s string) bool {
+func ValidCPUSet(s string) bool {
 	if s == "" {
 		return true
 	}
@@ -282,8 +301,8 @@ func validateAppArmorProfile(what string, p *runtimeapi.SecurityProfile) error {
 		return nil
 	case runtimeapi.SecurityProfile_Localhost:
 		name := strings.TrimPrefix(p.GetLocalhostRef(), "localhost/")
-		if name == "" || hasDotDot(name) || strings.IndexFunc(name, isSpaceOrControl) >= 0 {
-			return crirpc.InvalidArgf("%s: apparmor profile %s: a Localhost profile needs the name of a loaded profile, without white space or '..'", what, shortQuote(p.GetLocalhostRef()))
+		if name == "" || HasDotDot(name) || strings.IndexFunc(name, isSpaceOrControl) >= 0 {
+			return crirpc.InvalidArgf("%s: apparmor profile %s: a Localhost profile needs the name of a loaded profile, without white space or '..'", what, ShortQuote(p.GetLocalhostRef()))
 		}
 		return nil
 	}
@@ -292,12 +311,12 @@ func validateAppArmorProfile(what string, p *runtimeapi.SecurityProfile) error {
 
 func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 }
 
-// validateGroupsPolicy refuses SupplementalGroupsPolicy Strict: Docker
+// ValidateGroupsPolicy refuses SupplementalGroupsPolicy Strict: Docker
 // always merges the groups the image's /etc/group gives the user into the
 // process's (Merge), with no way to turn that off, so Strict would run the
 // pod with groups it asked not to have. Status advertises the feature as
 // unsupported, so kubelet 1.33+ already rejects such pods at admission.
-func validateGroupsPolicy(what string, p runtimeapi.SupplementalGroupsPolicy) error {
+func ValidateGroupsPolicy(what string, p runtimeapi.SupplementalGroupsPolicy) error {
 	switch p {
 	case runtimeapi.SupplementalGroupsPolicy_Merge:
 		return nil

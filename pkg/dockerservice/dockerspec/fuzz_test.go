@@ -1,4 +1,4 @@
-package dockerservice
+package dockerspec
 
 import (
 	"maps"
@@ -44,11 +44,6 @@ func nested(num protowire.Number, body []byte) []byte {
 	return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), body)
 }
 
-// fuzzService is a DockerService with just what the mapping reads.
-func fuzzService() *DockerService {
-	return &DockerService{cfg: Config{PodInfraImage: testPauseImage}, containers: &containerRuntime{}}
-}
-
 // mapsEqual compares string maps, nil and empty alike.
 func mapsEqual(a, b map[string]string) bool { return len(a) == len(b) && maps.Equal(a, b) }
 
@@ -78,13 +73,13 @@ func FuzzSandboxDockerConfig(f *testing.F) {
 		if unmarshalKnown(data, cfg) != nil {
 			return
 		}
-		if err := validateRunPodSandbox(&runtimeapi.RunPodSandboxRequest{Config: cfg}); err != nil {
+		if err := ValidateRunPodSandbox(&runtimeapi.RunPodSandboxRequest{Config: cfg}); err != nil {
 			if codeOf(err) != codes.InvalidArgument {
 				t.Fatalf("validation error %v has code %v, want InvalidArgument", err, codeOf(err))
 			}
 			return
 		}
-		config, hc, err := fuzzService().sandboxDockerConfig(cfg, "", cfg.GetLinux().GetCgroupParent())
+		config, hc, err := SandboxConfig(cfg, SandboxInput{Image: testPauseImage, CgroupParent: cfg.GetLinux().GetCgroupParent(), OOMScoreAdj: -998})
 		if err != nil {
 			if codeOf(err) != codes.InvalidArgument {
 				t.Fatalf("mapping error %v has code %v, want InvalidArgument", err, codeOf(err))
@@ -152,7 +147,7 @@ func FuzzContainerDockerConfig(f *testing.F) {
 	// What kubelet 1.36 sends on cgroup v2 (unified keys), with an image
 	// volume, to a Docker 28 engine.
 	v2 := ctrConfig("v2")
-	v2.Mounts = []*runtimeapi.Mount{{ContainerPath: "/models", Image: &runtimeapi.ImageSpec{Image: testImageID}, ImageSubPath: "usr/share"}}
+	v2.Mounts = []*runtimeapi.Mount{{ContainerPath: "/models", Image: &runtimeapi.ImageSpec{Image: imageID}, ImageSubPath: "usr/share"}}
 	v2.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuShares: 102, CpuPeriod: 100000, CpuQuota: -1,
 		HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 4 << 20}},
 		Unified:        map[string]string{"memory.oom.group": "1", "memory.swap.max": "134217728", "memory.low": "67108864", "cpu.max": "max 100000", "pids.max": "100"}}
@@ -164,7 +159,7 @@ func FuzzContainerDockerConfig(f *testing.F) {
 		}
 		const sandboxID = "0123456789abcdef"
 		r := &runtimeapi.CreateContainerRequest{PodSandboxId: sandboxID, Config: cfg}
-		if err := validateContainerConfig(r); err != nil {
+		if err := ValidateCreateContainer(r); err != nil {
 			if codeOf(err) != codes.InvalidArgument {
 				t.Fatalf("validation error %v has code %v, want InvalidArgument", err, codeOf(err))
 			}
@@ -183,13 +178,13 @@ func FuzzContainerDockerConfig(f *testing.F) {
 		if docker28 {
 			apiVersion = "1.48"
 		}
-		in := containerDockerInput{
-			cfg: cfg, labels: labels, sandboxID: sandboxID, sandboxNS: sandboxNS,
-			cgroupParent: "/kubepods/pod1", pidTarget: "fedcba9876543210", apiVersion: apiVersion,
-			resolvConfPath: "/var/lib/docker/containers/" + sandboxID + "/resolv.conf",
-			hostsPath:      "/var/lib/docker/containers/" + sandboxID + "/hosts",
+		in := ContainerInput{
+			Config: cfg, Labels: labels, SandboxID: sandboxID, SandboxNS: sandboxNS,
+			CgroupParent: "/kubepods/pod1", PidTarget: "fedcba9876543210", APIVersion: apiVersion,
+			ResolvConfPath: "/var/lib/docker/containers/" + sandboxID + "/resolv.conf",
+			HostsPath:      "/var/lib/docker/containers/" + sandboxID + "/hosts",
 		}
-		config, hc, err := fuzzService().containerDockerConfig(in)
+		config, hc, err := ContainerConfig(in)
 		if err != nil {
 			if codeOf(err) != codes.InvalidArgument {
 				t.Fatalf("mapping error %v has code %v, want InvalidArgument", err, codeOf(err))
@@ -203,7 +198,7 @@ func FuzzContainerDockerConfig(f *testing.F) {
 				t.Fatalf("resources %+v from %v: the engine would refuse them: %v", hc.Resources, cfg.GetLinux().GetResources(), err)
 			}
 		}
-		if hc.CgroupParent != in.cgroupParent {
+		if hc.CgroupParent != in.CgroupParent {
 			t.Fatalf("cgroup parent %q", hc.CgroupParent)
 		}
 		if hc.NetworkMode != "host" && hc.NetworkMode != container.NetworkMode("container:"+sandboxID) {
@@ -228,13 +223,13 @@ func FuzzContainerDockerConfig(f *testing.F) {
 // checkContainerHostPaths fails unless every host path the Docker config
 // uses is one the request gave (or the sandbox's resolv.conf and hosts),
 // absolute and without '..', mounted where the request said.
-func checkContainerHostPaths(t *testing.T, cfg *runtimeapi.ContainerConfig, in containerDockerInput, config *container.Config, hc *container.HostConfig) {
+func checkContainerHostPaths(t *testing.T, cfg *runtimeapi.ContainerConfig, in ContainerInput, config *container.Config, hc *container.HostConfig) {
 	t.Helper()
 	type pair struct{ src, dst string }
-	allowed := map[pair]bool{{in.resolvConfPath, etcResolvConf}: true, {in.hostsPath, etcHosts}: true}
+	allowed := map[pair]bool{{in.ResolvConfPath, etcResolvConf}: true, {in.HostsPath, etcHosts}: true}
 	images := map[pair]bool{}
 	for _, m := range cfg.GetMounts() {
-		if isImageMount(m) {
+		if IsImageMount(m) {
 			images[pair{m.GetImage().GetImage(), filepath.Clean(m.GetContainerPath())}] = true
 			continue
 		}
@@ -242,7 +237,7 @@ func checkContainerHostPaths(t *testing.T, cfg *runtimeapi.ContainerConfig, in c
 	}
 	check := func(src, dst string) {
 		t.Helper()
-		if !filepath.IsAbs(src) || hasDotDot(src) {
+		if !filepath.IsAbs(src) || HasDotDot(src) {
 			t.Fatalf("host path %q is relative or climbs", src)
 		}
 		if !allowed[pair{src, dst}] {
@@ -275,7 +270,7 @@ func checkContainerHostPaths(t *testing.T, cfg *runtimeapi.ContainerConfig, in c
 		devices[d.GetHostPath()] = true
 	}
 	for _, d := range hc.Devices {
-		if !devices[d.PathOnHost] || !filepath.IsAbs(d.PathOnHost) || hasDotDot(d.PathOnHost) {
+		if !devices[d.PathOnHost] || !filepath.IsAbs(d.PathOnHost) || HasDotDot(d.PathOnHost) {
 			t.Fatalf("device %q was not in the request, or is relative or climbs", d.PathOnHost)
 		}
 	}

@@ -1,4 +1,4 @@
-package dockerservice
+package dockerspec
 
 import (
 	"os"
@@ -46,7 +46,7 @@ func TestValidateSandboxConfig(t *testing.T) {
 		{"hostname newline", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Hostname = "a\nb" }}, "hostname"},
 		{"name with slash", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Metadata.Name = "a/b" }}, "metadata: name"},
 		{"huge namespace", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Metadata.Namespace = strings.Repeat("n", 300) }}, "metadata: namespace"},
-		{"huge annotations", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Annotations["big"] = strings.Repeat("x", maxLabelBytes) }}, "annotations"},
+		{"huge annotations", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) { c.Annotations["big"] = strings.Repeat("x", MaxLabelBytes) }}, "annotations"},
 		{"net sysctl", []func(*runtimeapi.PodSandboxConfig){sysctl("net.ipv4.ip_unprivileged_port_start", "0")}, ""},
 		{"slashed net sysctl", []func(*runtimeapi.PodSandboxConfig){sysctl("net/ipv4/conf/eth0.100/forwarding", "1")}, ""},
 		{"ipc sysctls", []func(*runtimeapi.PodSandboxConfig){sysctl("kernel.shm_rmid_forced", "1"), func(c *runtimeapi.PodSandboxConfig) {
@@ -96,7 +96,7 @@ func TestValidateSandboxConfig(t *testing.T) {
 			for _, m := range tc.mutate {
 				m(cfg)
 			}
-			err := validateSandboxConfig(cfg)
+			err := ValidateSandboxConfig(cfg)
 			requireInvalidArgument(t, err, tc.wantErr)
 			if err == nil {
 				return
@@ -126,7 +126,7 @@ func TestReadSeccompProfile(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if data, err := readSeccompProfile(good); err != nil || !strings.Contains(string(data), "SCMP_ACT_ALLOW") {
+	if data, err := ReadSeccompProfile(good); err != nil || !strings.Contains(string(data), "SCMP_ACT_ALLOW") {
 		t.Fatalf("good profile: %q, %v", data, err)
 	}
 	cases := map[string]string{
@@ -145,7 +145,7 @@ func TestReadSeccompProfile(t *testing.T) {
 	}
 	for name, path := range cases {
 		t.Run(name, func(t *testing.T) {
-			if data, err := readSeccompProfile(path); err == nil {
+			if data, err := ReadSeccompProfile(path); err == nil {
 				t.Fatalf("read %d bytes from %s, want an error", len(data), path)
 			}
 		})
@@ -188,7 +188,7 @@ func TestValidateLogDirectory(t *testing.T) {
 		{"/var/log/pods/..ns", ""}, // a name that starts with dots climbs nowhere
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
-			err := validateLogDirectory(tc.dir)
+			err := ValidateLogDirectory(tc.dir)
 			requireInvalidArgument(t, err, tc.wantErr)
 			if err != nil && !strings.Contains(err.Error(), "log_directory") {
 				t.Errorf("%v does not name the field", err)
@@ -220,7 +220,7 @@ func TestValidateID(t *testing.T) {
 		{"huge", strings.Repeat("/", 1<<16), "is not a container ID"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := validateID("container", "container_id", tc.id)
+			err := ValidateID("container", "container_id", tc.id)
 			requireInvalidArgument(t, err, tc.wantErr)
 			if err == nil {
 				return

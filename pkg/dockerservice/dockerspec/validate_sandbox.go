@@ -1,4 +1,4 @@
-package dockerservice
+package dockerspec
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ import (
 )
 
 // This file checks a RunPodSandbox request before anything is pulled,
-// created or written, and holds the checks container_validate.go shares.
+// created or written, and holds the checks validate_container.go shares.
 // Everything refused here would otherwise fail later, halfway (Docker
 // refuses it only at start, after the container and checkpoint exist), or
 // would make netshim or Docker act outside what the request is entitled
@@ -34,11 +34,11 @@ const (
 	// maxHostnameLen is what kubelet truncates pod hostnames to, and fits
 	// the kernel's 64-byte limit.
 	maxHostnameLen = 63
-	// maxLabelBytes bounds the labels plus annotations of one sandbox or
+	// MaxLabelBytes bounds the labels plus annotations of one sandbox or
 	// container. They become Docker labels, which Docker repeats in every
 	// event and list answer. Kubernetes allows 256 KiB of annotations per
 	// object; this leaves room for labels and kubelet's own keys.
-	maxLabelBytes = 512 << 10
+	MaxLabelBytes = 512 << 10
 	// maxSeccompProfileSize bounds a Localhost seccomp profile, which
 	// netshim reads into memory and hands to Docker inline.
 	maxSeccompProfileSize = 1 << 20
@@ -46,9 +46,9 @@ const (
 	maxShownLen = 64
 )
 
-// validateSandboxConfig rejects, before anything is created, what would
+// ValidateSandboxConfig rejects, before anything is created, what would
 // otherwise fail halfway or produce a pod nobody can address.
-func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
+func ValidateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	if cfg == nil {
 		return crirpc.InvalidArgf("pod sandbox config is required")
 	}
@@ -64,7 +64,7 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	if err := validateHostname(cfg.GetHostname()); err != nil {
 		return err
 	}
-	if err := validateLogDirectory(cfg.GetLogDirectory()); err != nil {
+	if err := ValidateLogDirectory(cfg.GetLogDirectory()); err != nil {
 		return err
 	}
 	if err := validateLabelSize("pod sandbox", cfg.GetLabels(), cfg.GetAnnotations()); err != nil {
@@ -86,10 +86,10 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	// Nothing applies the pod-level resources (kubelet sizes the pod's
 	// cgroup itself), but a value no cgroup can hold says the request is
 	// wrong; only the kernel's ranges are checked, not Docker's limits.
-	if err := validateResourceRanges("pod sandbox resources", linux.GetResources()); err != nil {
+	if err := ValidateResourceRanges("pod sandbox resources", linux.GetResources()); err != nil {
 		return err
 	}
-	if err := validateResourceRanges("pod sandbox overhead", linux.GetOverhead()); err != nil {
+	if err := ValidateResourceRanges("pod sandbox overhead", linux.GetOverhead()); err != nil {
 		return err
 	}
 	sc := linux.GetSecurityContext()
@@ -112,20 +112,20 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	if err := validateIDs("pod sandbox", sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups()); err != nil {
 		return err
 	}
-	if err := validateGroupsPolicy("pod sandbox", sc.GetSupplementalGroupsPolicy()); err != nil {
+	if err := ValidateGroupsPolicy("pod sandbox", sc.GetSupplementalGroupsPolicy()); err != nil {
 		return err
 	}
 	return validateSeccompProfile("pod sandbox", sc.GetSeccomp())
 }
 
-// validateRunPodSandbox checks a whole RunPodSandbox request.
-func validateRunPodSandbox(r *runtimeapi.RunPodSandboxRequest) error {
+// ValidateRunPodSandbox checks a whole RunPodSandbox request.
+func ValidateRunPodSandbox(r *runtimeapi.RunPodSandboxRequest) error {
 	// The runtime handler is checked against the engine's runtimes by
 	// RunPodSandbox (runtime_handlers.go), which needs docker info.
-	return validateSandboxConfig(r.GetConfig())
+	return ValidateSandboxConfig(r.GetConfig())
 }
 
-// validateLogDirectory checks the directory under which netshim, as root,
+// ValidateLogDirectory checks the directory under which netshim, as root,
 // creates the log file of each of the pod's containers, so that a pod
 // whose containers could never log there is refused before anything of it
 // exists. kubelet sends an absolute, clean /var/log/pods/<ns>_<name>_<uid>.
@@ -136,23 +136,23 @@ func validateRunPodSandbox(r *runtimeapi.RunPodSandboxRequest) error {
 // how a log file would escape the pod's directory. Empty means no logs.
 // containerLogPath applies the same rule at CreateContainer, whose
 // request carries the sandbox config again.
-func validateLogDirectory(dir string) error {
+func ValidateLogDirectory(dir string) error {
 	switch {
 	case dir == "":
 		return nil
 	case strings.ContainsRune(dir, 0):
-		return crirpc.InvalidArgf("pod sandbox log_directory %s contains a NUL byte", shortQuote(dir))
+		return crirpc.InvalidArgf("pod sandbox log_directory %s contains a NUL byte", ShortQuote(dir))
 	case !filepath.IsAbs(dir):
-		return crirpc.InvalidArgf("pod sandbox log_directory %s must be an absolute path without '..' (kubelet sends /var/log/pods/<namespace>_<name>_<uid>)", shortQuote(dir))
-	case hasDotDot(dir):
-		return crirpc.InvalidArgf("pod sandbox log_directory %s must not contain a \"..\" component: the pod's log files must stay under it", shortQuote(dir))
+		return crirpc.InvalidArgf("pod sandbox log_directory %s must be an absolute path without '..' (kubelet sends /var/log/pods/<namespace>_<name>_<uid>)", ShortQuote(dir))
+	case HasDotDot(dir):
+		return crirpc.InvalidArgf("pod sandbox log_directory %s must not contain a \"..\" component: the pod's log files must stay under it", ShortQuote(dir))
 	case filepath.Clean(dir) != dir:
-		return crirpc.InvalidArgf("pod sandbox log_directory %s is not a clean path: write it as %s", shortQuote(dir), shortQuote(filepath.Clean(dir)))
+		return crirpc.InvalidArgf("pod sandbox log_directory %s is not a clean path: write it as %s", ShortQuote(dir), ShortQuote(filepath.Clean(dir)))
 	}
 	return nil
 }
 
-// validateID checks the ID a request names a sandbox or container by
+// ValidateID checks the ID a request names a sandbox or container by
 // (field, e.g. pod_sandbox_id), before it is looked up in the index or,
 // for Stop and Remove when the index lacks it, in Docker. netshim's IDs
 // are Docker's: 64 hex digits, or a unique prefix; Docker also resolves a
@@ -162,16 +162,16 @@ func validateLogDirectory(dir string) error {
 // (kubelet reads that as the runtime being down), and a '/' would change
 // the path of the Docker API call the ID is put in. A well-formed ID that
 // names nothing is not an error here: Stop and Remove are idempotent.
-func validateID(kind, field, id string) error {
+func ValidateID(kind, field, id string) error {
 	switch {
 	case id == "":
 		return crirpc.InvalidArgf("%s ID is required: %s is empty", kind, field)
 	case strings.TrimSpace(id) == "":
-		return crirpc.InvalidArgf("%s ID is required: %s %s is only white space", kind, field, shortQuote(id))
+		return crirpc.InvalidArgf("%s ID is required: %s %s is only white space", kind, field, ShortQuote(id))
 	}
 	for i, c := range id {
 		if !isAlnum(c) && (i == 0 || c != '_' && c != '.' && c != '-') {
-			return crirpc.InvalidArgf("%s %s is not a %s ID: want the hex ID netshim returned (or a unique prefix of it)", field, shortQuote(id), kind)
+			return crirpc.InvalidArgf("%s %s is not a %s ID: want the hex ID netshim returned (or a unique prefix of it)", field, ShortQuote(id), kind)
 		}
 	}
 	return nil
@@ -198,7 +198,7 @@ func validatePortMappings(pms []*runtimeapi.PortMapping) error {
 			return crirpc.InvalidArgf("port mapping %d: unknown protocol %d (want TCP, UDP or SCTP)", i, pm.Protocol)
 		}
 		if pm.HostIp != "" && net.ParseIP(pm.HostIp) == nil {
-			return crirpc.InvalidArgf("port mapping %d: host IP %s is not an IP address", i, shortQuote(pm.HostIp))
+			return crirpc.InvalidArgf("port mapping %d: host IP %s is not an IP address", i, ShortQuote(pm.HostIp))
 		}
 		if pm.HostPort == 0 {
 			continue
@@ -220,11 +220,11 @@ func validateNamePart(field, v string) error {
 		return crirpc.InvalidArgf("%s is required", field)
 	}
 	if len(v) > maxNameLen {
-		return crirpc.InvalidArgf("%s %s is %d characters long; at most %d are allowed", field, shortQuote(v), len(v), maxNameLen)
+		return crirpc.InvalidArgf("%s %s is %d characters long; at most %d are allowed", field, ShortQuote(v), len(v), maxNameLen)
 	}
 	for _, c := range v {
 		if !isAlnum(c) && c != '_' && c != '.' && c != '-' {
-			return crirpc.InvalidArgf("%s %s contains %q: only letters, digits, '_', '.' and '-' are allowed (Docker container names)", field, shortQuote(v), c)
+			return crirpc.InvalidArgf("%s %s contains %q: only letters, digits, '_', '.' and '-' are allowed (Docker container names)", field, ShortQuote(v), c)
 		}
 	}
 	return nil
@@ -241,11 +241,11 @@ func validateHostname(h string) error {
 		return nil
 	}
 	if len(h) > maxHostnameLen {
-		return crirpc.InvalidArgf("hostname %s is %d characters long; at most %d are allowed", shortQuote(h), len(h), maxHostnameLen)
+		return crirpc.InvalidArgf("hostname %s is %d characters long; at most %d are allowed", ShortQuote(h), len(h), maxHostnameLen)
 	}
 	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
 		if !isRFC1123Label(label) {
-			return crirpc.InvalidArgf("hostname %s is not a valid RFC 1123 hostname: each dot-separated part must be 1-63 letters, digits or '-', and not start or end with '-'", shortQuote(h))
+			return crirpc.InvalidArgf("hostname %s is not a valid RFC 1123 hostname: each dot-separated part must be 1-63 letters, digits or '-', and not start or end with '-'", ShortQuote(h))
 		}
 	}
 	return nil
@@ -276,8 +276,8 @@ func validateLabelSize(what string, labels, annotations map[string]string) error
 	for k, v := range annotations {
 		n += len(k) + len(v)
 	}
-	if n > maxLabelBytes {
-		return crirpc.InvalidArgf("%s labels and annotations take %d bytes; at most %d are allowed", what, n, maxLabelBytes)
+	if n > MaxLabelBytes {
+		return crirpc.InvalidArgf("%s labels and annotations take %d bytes; at most %d are allowed", what, n, MaxLabelBytes)
 	}
 	return nil
 }
@@ -287,7 +287,7 @@ func validateLabelSize(what string, labels, annotations map[string]string) error
 func validateDNSConfig(dns *runtimeapi.DNSConfig) error {
 	for _, s := range dns.GetServers() {
 		if net.ParseIP(s) == nil {
-			return crirpc.InvalidArgf("dns config: server %s is not an IP address", shortQuote(s))
+			return crirpc.InvalidArgf("dns config: server %s is not an IP address", ShortQuote(s))
 		}
 	}
 	for _, f := range []struct {
@@ -296,7 +296,7 @@ func validateDNSConfig(dns *runtimeapi.DNSConfig) error {
 	}{{"search domain", dns.GetSearches()}, {"option", dns.GetOptions()}} {
 		for _, v := range f.vs {
 			if v == "" || strings.IndexFunc(v, unicode.IsSpace) >= 0 || strings.ContainsRune(v, 0) {
-				return crirpc.InvalidArgf("dns config: %s %s must be non-empty without white space", f.field, shortQuote(v))
+				return crirpc.InvalidArgf("dns config: %s %s must be non-empty without white space", f.field, ShortQuote(v))
 			}
 		}
 	}
@@ -306,8 +306,8 @@ func validateDNSConfig(dns *runtimeapi.DNSConfig) error {
 // validateCgroupParent refuses a cgroup parent that climbs out of the
 // cgroup hierarchy kubelet manages.
 func validateCgroupParent(p string) error {
-	if hasDotDot(p) || strings.ContainsRune(p, 0) {
-		return crirpc.InvalidArgf("cgroup parent %s must not contain '..' or NUL", shortQuote(p))
+	if HasDotDot(p) || strings.ContainsRune(p, 0) {
+		return crirpc.InvalidArgf("cgroup parent %s must not contain '..' or NUL", ShortQuote(p))
 	}
 	return nil
 }
@@ -354,10 +354,10 @@ func validateSysctls(sysctls map[string]string, ns *runtimeapi.NamespaceOption) 
 	for _, name := range names {
 		parts, ok := podns.SplitSysctl(name)
 		if !ok {
-			return crirpc.InvalidArgf("sysctl %s is not a valid sysctl name", shortQuote(name))
+			return crirpc.InvalidArgf("sysctl %s is not a valid sysctl name", ShortQuote(name))
 		}
 		if v := sysctls[name]; strings.ContainsAny(v, "\x00\n") {
-			return crirpc.InvalidArgf("sysctl %s: value %s must be one line without NUL", name, shortQuote(v))
+			return crirpc.InvalidArgf("sysctl %s: value %s must be one line without NUL", name, ShortQuote(v))
 		}
 		// Only namespaced sysctls can be set for a pod: runc refuses any
 		// other at start, since it would change the whole node.
@@ -393,8 +393,8 @@ func validateSeccompProfile(what string, p *runtimeapi.SecurityProfile) error {
 }
 
 func checkLocalhostProfilePath(ref string) error {
-	if !filepath.IsAbs(ref) || hasDotDot(ref) || strings.ContainsRune(ref, 0) {
-		return crirpc.InvalidArgf("seccomp profile %s: a Localhost profile must be an absolute path without '..'", shortQuote(ref))
+	if !filepath.IsAbs(ref) || HasDotDot(ref) || strings.ContainsRune(ref, 0) {
+		return crirpc.InvalidArgf("seccomp profile %s: a Localhost profile must be an absolute path without '..'", ShortQuote(ref))
 	}
 	return nil
 }
@@ -406,12 +406,12 @@ const (
 	sysfsMagic     = 0x62656572
 )
 
-// readSeccompProfile reads a Localhost seccomp profile. Only a non-empty
+// ReadSeccompProfile reads a Localhost seccomp profile. Only a non-empty
 // regular file of at most maxSeccompProfileSize on a real filesystem is
 // read: the path comes from the pod spec, and a FIFO, a device or a /proc
 // file like kmsg would block the RPC or consume what others need. The
 // file is opened non-blocking for the same reason.
-func readSeccompProfile(path string) ([]byte, error) {
+func ReadSeccompProfile(path string) ([]byte, error) {
 	if err := checkLocalhostProfilePath(path); err != nil {
 		return nil, err
 	}
@@ -467,17 +467,17 @@ func refusePseudoFS(f *os.File) error {
 	return nil
 }
 
-// shortQuote quotes a value for an error message, cut short: a hostile
+// ShortQuote quotes a value for an error message, cut short: a hostile
 // value may be megabytes long.
-func shortQuote(s string) string {
+func ShortQuote(s string) string {
 	if len(s) <= maxShownLen {
 		return fmt.Sprintf("%q", s)
 	}
 	return fmt.Sprintf("%q... (%d bytes)", s[:maxShownLen], len(s))
 }
 
-// protocolName is the lower-case protocol name CNI's portmap expects.
-func protocolName(p runtimeapi.Protocol) string {
+// ProtocolName is the lower-case protocol name CNI's portmap expects.
+func ProtocolName(p runtimeapi.Protocol) string {
 	switch p {
 	case runtimeapi.Protocol_UDP:
 		return "udp"
@@ -486,4 +486,14 @@ func protocolName(p runtimeapi.Protocol) string {
 	default:
 		return "tcp"
 	}
+}
+
+// HasDotDot reports whether the slash-separated path has a ".." component.
+func HasDotDot(p string) bool {
+	for c := range strings.SplitSeq(p, "/") {
+		if c == ".." {
+			return true
+		}
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package dockerservice
+package dockerspec
 
 import (
 	"errors"
@@ -414,13 +414,13 @@ func TestResourcesKubeletSends(t *testing.T) {
 			m := &engineModel{v2: tc.v2}
 			var skipped []string
 			err := func() error {
-				q, err := resolveResources(tc.create)
+				q, err := ResolveResources(tc.create)
 				if err != nil {
 					return err
 				}
-				skipped = q.skipped
+				skipped = q.Skipped
 				var r container.Resources
-				if err := q.applyCreate(&r); err != nil {
+				if err := q.ApplyCreate(&r); err != nil {
 					return err
 				}
 				if err := m.create(r); err != nil {
@@ -429,14 +429,14 @@ func TestResourcesKubeletSends(t *testing.T) {
 				if tc.update == nil {
 					return nil
 				}
-				cur := resourcesFromHostConfig(&container.HostConfig{Resources: m.hc})
-				q, err = resolveResources(tc.update)
+				cur := ResourcesFromHostConfig(&container.HostConfig{Resources: m.hc})
+				q, err = ResolveResources(tc.update)
 				if err != nil {
 					return err
 				}
-				skipped = q.skipped
+				skipped = q.Skipped
 				var u container.Resources
-				if err := q.applyUpdate(&u, cur); err != nil {
+				if err := q.ApplyUpdate(&u, cur); err != nil {
 					return err
 				}
 				if err := m.update(u); err != nil {
@@ -460,7 +460,7 @@ func TestResourcesKubeletSends(t *testing.T) {
 			if !slices.Equal(skipped, tc.want.skipped) {
 				t.Errorf("skipped %q, want %q", skipped, tc.want.skipped)
 			}
-			if got := resourcesFromHostConfig(&container.HostConfig{Resources: m.hc}).GetMemoryLimitInBytes(); got != tc.reportedMem {
+			if got := ResourcesFromHostConfig(&container.HostConfig{Resources: m.hc}).GetMemoryLimitInBytes(); got != tc.reportedMem {
 				t.Errorf("reported memory limit %d, want %d", got, tc.reportedMem)
 			}
 		})
@@ -493,19 +493,19 @@ func TestUnifiedKeysDockerHasAFieldFor(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprint(tc.unified), func(t *testing.T) {
-			q, err := resolveResources(&runtimeapi.LinuxContainerResources{Unified: tc.unified})
+			q, err := ResolveResources(&runtimeapi.LinuxContainerResources{Unified: tc.unified})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var r container.Resources
-			if err := q.applyCreate(&r); err != nil {
+			if err := q.ApplyCreate(&r); err != nil {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(r, tc.want) {
 				t.Errorf("resources %+v, want %+v", r, tc.want)
 			}
-			if !slices.Equal(q.skipped, tc.skipped) {
-				t.Errorf("skipped %q, want %q", q.skipped, tc.skipped)
+			if !slices.Equal(q.Skipped, tc.skipped) {
+				t.Errorf("skipped %q, want %q", q.Skipped, tc.skipped)
 			}
 		})
 	}
@@ -528,21 +528,21 @@ func TestUnifiedValuesRefused(t *testing.T) {
 		{&runtimeapi.LinuxContainerResources{Unified: map[string]string{"cpuset.mems": "x"}}, "0-3,5"},
 		{&runtimeapi.LinuxContainerResources{Unified: map[string]string{"pids.max": "0"}}, "no process"},
 	} {
-		_, err := resolveResources(tc.res)
+		_, err := ResolveResources(tc.res)
 		if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want InvalidArgument saying %q", tc.res, err, tc.want)
 		}
 	}
 	// A field and a unified key saying the same are fine.
-	if _, err := resolveResources(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 * mi, Unified: map[string]string{"memory.max": "67108864"}}); err != nil {
+	if _, err := ResolveResources(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 * mi, Unified: map[string]string{"memory.max": "67108864"}}); err != nil {
 		t.Errorf("agreeing field and key: %v", err)
 	}
 }
 
 func TestMemoryPlusSwapOverflowIsRefused(t *testing.T) {
-	q := resourceRequest{memory: 1<<63 - 1<<40, swap: maxSwapBytes, swapSet: true}
+	q := ResourceRequest{memory: 1<<63 - 1<<40, swap: maxSwapBytes, swapSet: true}
 	var r container.Resources
-	if err := q.applyCreate(&r); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "overflows") {
+	if err := q.ApplyCreate(&r); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "overflows") {
 		t.Fatalf("got %v, want InvalidArgument saying it overflows", err)
 	}
 }
