@@ -14,6 +14,8 @@ import (
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/procutil"
+
+	"github.com/netshim/netshim/pkg/dockerservice/stats"
 )
 
 // containerRuntime is the state the workload-container RPCs keep besides
@@ -24,7 +26,7 @@ type containerRuntime struct {
 	logs    *crilog.Manager
 	streams *logStreams
 	// stats reads containers' CPU and memory usage from their cgroups.
-	stats *statsReader
+	stats *stats.Reader
 	// layers measures containers' writable layers (container_layer.go).
 	layers *layerUsage
 	// oom clamps the oom_score_adj of every container, infra ones too.
@@ -61,7 +63,6 @@ func newContainerRuntime(client engine.Client, logOpts ...crilog.ManagerOption) 
 	c := &containerRuntime{
 		logs:     logs,
 		streams:  newLogStreams(logs),
-		stats:    newStatsReader(),
 		procRoot: "/proc",
 		selinux:  hostSELinuxEnabled(),
 	}

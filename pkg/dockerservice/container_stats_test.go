@@ -32,10 +32,9 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := newPodEnv(t)
 			root := t.TempDir()
-			sr := e.ds.containers.stats
-			sr.procRoot, sr.cgroupRoot = filepath.Join(root, "proc"), filepath.Join(root, "cgroup")
+			procRoot, cgroupRoot := filepath.Join(root, "proc"), filepath.Join(root, "cgroup")
 			clock := time.Unix(1000, 0)
-			sr.now = func() time.Time { return clock }
+			useStatsRoots(e.ds, procRoot, cgroupRoot, func() time.Time { return clock })
 
 			running := e.create(t, ctrConfig("running"))
 			e.start(t, running)
@@ -45,18 +44,18 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 			pid := strconv.Itoa(rec.Pid)
 			if v2 {
 				writeFiles(t, map[string]string{
-					filepath.Join(sr.procRoot, pid, "cgroup"):          "0::" + cg + "\n",
-					filepath.Join(sr.cgroupRoot, cg, "cpu.stat"):       "usage_usec 5000\nuser_usec 4000\n",
-					filepath.Join(sr.cgroupRoot, cg, "memory.current"): "1000000\n",
-					filepath.Join(sr.cgroupRoot, cg, "memory.stat"):    "anon 600000\ninactive_file 300000\npgfault 7\npgmajfault 1\n",
-					filepath.Join(sr.cgroupRoot, cg, "io.pressure"):    "some avg10=1.50 avg60=0.00 avg300=0.00 total=30\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=20\n",
+					filepath.Join(procRoot, pid, "cgroup"):          "0::" + cg + "\n",
+					filepath.Join(cgroupRoot, cg, "cpu.stat"):       "usage_usec 5000\nuser_usec 4000\n",
+					filepath.Join(cgroupRoot, cg, "memory.current"): "1000000\n",
+					filepath.Join(cgroupRoot, cg, "memory.stat"):    "anon 600000\ninactive_file 300000\npgfault 7\npgmajfault 1\n",
+					filepath.Join(cgroupRoot, cg, "io.pressure"):    "some avg10=1.50 avg60=0.00 avg300=0.00 total=30\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=20\n",
 				})
 			} else {
 				writeFiles(t, map[string]string{
-					filepath.Join(sr.procRoot, pid, "cgroup"):                           "4:memory:" + cg + "\n2:cpuacct:" + cg + "\n1:cpu:" + cg + "\n0::/\n",
-					filepath.Join(sr.cgroupRoot, "cpuacct", cg, "cpuacct.usage"):        "5000000\n",
-					filepath.Join(sr.cgroupRoot, "memory", cg, "memory.usage_in_bytes"): "1000000\n",
-					filepath.Join(sr.cgroupRoot, "memory", cg, "memory.stat"):           "rss 1\ntotal_rss 600000\ntotal_inactive_file 300000\ntotal_pgfault 7\ntotal_pgmajfault 1\n",
+					filepath.Join(procRoot, pid, "cgroup"):                           "4:memory:" + cg + "\n2:cpuacct:" + cg + "\n1:cpu:" + cg + "\n0::/\n",
+					filepath.Join(cgroupRoot, "cpuacct", cg, "cpuacct.usage"):        "5000000\n",
+					filepath.Join(cgroupRoot, "memory", cg, "memory.usage_in_bytes"): "1000000\n",
+					filepath.Join(cgroupRoot, "memory", cg, "memory.stat"):           "rss 1\ntotal_rss 600000\ntotal_inactive_file 300000\ntotal_pgfault 7\ntotal_pgmajfault 1\n",
 				})
 			}
 
@@ -87,9 +86,9 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 			// Two seconds and 1.5 s of CPU later: 0.75 cores.
 			clock = clock.Add(2 * time.Second)
 			if v2 {
-				writeFiles(t, map[string]string{filepath.Join(sr.cgroupRoot, cg, "cpu.stat"): "usage_usec 1505000\nuser_usec 4000\n"})
+				writeFiles(t, map[string]string{filepath.Join(cgroupRoot, cg, "cpu.stat"): "usage_usec 1505000\nuser_usec 4000\n"})
 			} else {
-				writeFiles(t, map[string]string{filepath.Join(sr.cgroupRoot, "cpuacct", cg, "cpuacct.usage"): "1505000000\n"})
+				writeFiles(t, map[string]string{filepath.Join(cgroupRoot, "cpuacct", cg, "cpuacct.usage"): "1505000000\n"})
 			}
 			e.quiesce(t)
 			e.docker.ResetCalls()
@@ -125,50 +124,20 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 	}
 }
 
-func TestRateKeeperWindow(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	var k rateKeeper
-	for _, step := range []struct {
-		name    string
-		at      time.Duration
-		usage   uint64
-		want    uint64
-		hasRate bool
-	}{
-		{"first reading: nothing to compare with", 0, 1_000_000_000, 0, false},
-		{"moments later: too short a window, no rate yet", 10 * time.Millisecond, 1_000_100_000, 0, false},
-		{"two seconds on: 1 s of CPU over 2 s", 2 * time.Second, 2_000_000_000, 500_000_000, true},
-		{"moments later: the same rate again", 2*time.Second + 5*time.Millisecond, 2_000_500_000, 500_000_000, true},
-		{"a second later: 0.25 s over 1 s", 3 * time.Second, 2_250_000_000, 250_000_000, true},
-		{"the counter went back: start over", 4 * time.Second, 100, 0, false},
-		{"and a window later a rate again", 5 * time.Second, 500_000_100, 500_000_000, true},
-		{"the clock stepped back: start over", 1 * time.Second, 600_000_000, 0, false},
-	} {
-		got, ok := k.rate("c", t0.Add(step.at), step.usage)
-		if got != step.want || ok != step.hasRate {
-			t.Errorf("%s: rate = %d, %v; want %d, %v", step.name, got, ok, step.want, step.hasRate)
-		}
-	}
-	k.forgetAllBut(map[string]bool{"other": true})
-	if _, ok := k.rate("c", t0.Add(10*time.Second), 700_000_000); ok {
-		t.Error("a forgotten sample still gave a rate")
-	}
-}
-
 // A pid the index still holds for a container whose process exited may
 // name another process by now: its cgroup is not the container's, and
 // its usage must not be reported as the container's.
 func TestContainerStatsIgnoresReusedPid(t *testing.T) {
 	e := newPodEnv(t)
 	root := t.TempDir()
-	sr := e.ds.containers.stats
-	sr.procRoot, sr.cgroupRoot = filepath.Join(root, "proc"), filepath.Join(root, "cgroup")
+	procRoot, cgroupRoot := filepath.Join(root, "proc"), filepath.Join(root, "cgroup")
+	useStatsRoots(e.ds, procRoot, cgroupRoot, nil)
 	id := e.create(t, ctrConfig("running"))
 	e.start(t, id)
 	rec, _ := e.ds.store().Get(id)
 	writeFiles(t, map[string]string{
-		filepath.Join(sr.procRoot, strconv.Itoa(rec.Pid), "cgroup"):        "0::/system.slice/cron.service\n",
-		filepath.Join(sr.cgroupRoot, "system.slice/cron.service/cpu.stat"): "usage_usec 5000\n",
+		filepath.Join(procRoot, strconv.Itoa(rec.Pid), "cgroup"):        "0::/system.slice/cron.service\n",
+		filepath.Join(cgroupRoot, "system.slice/cron.service/cpu.stat"): "usage_usec 5000\n",
 	})
 	resp, err := e.ds.ContainerStats(context.Background(), &runtimeapi.ContainerStatsRequest{ContainerId: id})
 	if err != nil {

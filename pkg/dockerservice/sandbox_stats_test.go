@@ -12,7 +12,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/internal/testutil"
-	"github.com/netshim/netshim/pkg/cgstats"
+
+	"github.com/netshim/netshim/pkg/dockerservice/stats"
 )
 
 // fakeHost is a fake /proc and /sys/fs/cgroup for the stats reader, in
@@ -27,9 +28,14 @@ type fakeHost struct {
 func newFakeHost(tb testing.TB, ds *DockerService, v2 bool) *fakeHost {
 	root := tb.TempDir()
 	h := &fakeHost{tb: tb, proc: filepath.Join(root, "proc"), cgroup: filepath.Join(root, "cgroup"), v2: v2}
-	sr := ds.containers.stats
-	sr.procRoot, sr.cgroupRoot = h.proc, h.cgroup
+	useStatsRoots(ds, h.proc, h.cgroup, nil)
 	return h
+}
+
+// useStatsRoots gives the service a stats reader of fake proc and cgroup
+// roots, and of a fake clock unless now is nil.
+func useStatsRoots(ds *DockerService, proc, cgroup string, now func() time.Time) {
+	ds.containers.stats = stats.New(stats.Options{ProcRoot: proc, CgroupRoot: cgroup, Now: now, WritableLayer: ds.containers.layers.writableLayer})
 }
 
 func (h *fakeHost) write(path, content string) {
@@ -140,7 +146,7 @@ func TestPodSandboxStatsFromPodCgroup(t *testing.T) {
 			e := newPodEnv(t)
 			h := newFakeHost(t, e.ds, v2)
 			clock := time.Unix(1000, 0)
-			e.ds.containers.stats.now = func() time.Time { return clock }
+			useStatsRoots(e.ds, h.proc, h.cgroup, func() time.Time { return clock })
 			running := e.create(t, ctrConfig("running"))
 			e.start(t, running)
 			created := e.create(t, ctrConfig("created"))
@@ -327,36 +333,6 @@ func TestPodSandboxStatsHostNetworkHasNoNetwork(t *testing.T) {
 	}
 	if l := resp.Stats.Linux; l.Network != nil || l.Cpu.GetUsageCoreNanoSeconds().GetValue() != podUsage.cpuNanos {
 		t.Errorf("host-network pod: network = %v (want none: the node's interfaces are not the pod's), cpu = %v", l.Network, l.Cpu)
-	}
-}
-
-// A pod netns with interfaces but no eth0 still gets a default interface:
-// kubelet dereferences it unchecked.
-func TestNetworkUsageDefaultInterface(t *testing.T) {
-	for _, tc := range []struct {
-		names       []string
-		wantDefault string
-		wantOthers  int
-	}{
-		{[]string{"net1", "eth0"}, "eth0", 1},
-		{[]string{"net1", "net2"}, "net1", 1},
-		{[]string{"eth0"}, "eth0", 0},
-		{nil, "", 0},
-	} {
-		var ifaces []cgstats.Interface
-		for _, n := range tc.names {
-			ifaces = append(ifaces, cgstats.Interface{Name: n})
-		}
-		n := networkUsage(ifaces, 1)
-		if tc.wantDefault == "" {
-			if n != nil {
-				t.Errorf("%v: network = %v, want none", tc.names, n)
-			}
-			continue
-		}
-		if n.GetDefaultInterface().GetName() != tc.wantDefault || len(n.Interfaces) != tc.wantOthers {
-			t.Errorf("%v: network = %v", tc.names, n)
-		}
 	}
 }
 

@@ -25,6 +25,8 @@ import (
 	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/podns"
+
+	"github.com/netshim/netshim/pkg/dockerservice/stats"
 )
 
 // Config holds the settings of a DockerService.
@@ -147,7 +149,7 @@ func NewDockerService(cfg Config, client engine.Client, checkpoints *checkpoint.
 	ds.index = ds.newIndex()
 	ds.containers.oom.floor = cfg.OOMScoreAdjFloor
 	ds.containers.layers = newLayerUsage(client.Info, ds.store(), cfg.LayerUsage)
-	ds.containers.stats.writableLayer = ds.containers.layers.writableLayer
+	ds.containers.stats = stats.New(stats.Options{WritableLayer: ds.containers.layers.writableLayer})
 	ds.events = newContainerEvents(ds)
 	ds.store().OnChange(ds.events.touch)
 	cfg.Metrics.SetStateCounts(ds.countByState) // metrics.go

@@ -67,12 +67,19 @@ func TestContainerCgroupFoundOncePerProcess(t *testing.T) {
 		t.Errorf("new pid in the container's cgroup: memory %v, want 2000", m)
 	}
 
-	// Gone from the index: the next unfiltered listing forgets it.
+	// Gone from the index: the next unfiltered listing forgets it. Put
+	// back with its /proc entry gone, it has no figures then; a
+	// remembered cgroup would still give them.
+	rec, _ := e.ds.store().Get(id)
 	e.ds.store().Delete(id)
 	if _, err := e.ds.ListContainerStats(context.Background(), &runtimeapi.ListContainerStatsRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := e.ds.containers.stats.cgroups.get(id, pid+1); ok {
-		t.Error("the cgroup of a container gone from the index is still remembered")
+	if err := os.Remove(filepath.Join(h.proc, strconv.Itoa(pid+1), "cgroup")); err != nil {
+		t.Fatal(err)
+	}
+	e.ds.store().Put(rec)
+	if m := memory(); m != nil {
+		t.Errorf("the cgroup of a container gone from the index is still remembered: memory %v, want none", m)
 	}
 }

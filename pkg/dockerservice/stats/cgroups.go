@@ -1,4 +1,4 @@
-package dockerservice
+package stats
 
 import (
 	"sync"
