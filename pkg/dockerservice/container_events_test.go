@@ -18,6 +18,7 @@ import (
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/events"
 	"github.com/netshim/netshim/pkg/network"
 )
 
@@ -28,49 +29,12 @@ const (
 	evDeleted = runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT
 )
 
-func TestAdvance(t *testing.T) {
-	type ev = runtimeapi.ContainerEventType
-	lc := func(p lifecyclePhase, started int64) lifecycle { return lifecycle{phase: p, startedAt: started} }
-	cases := []struct {
-		name         string
-		prev, cur    lifecycle
-		startVisible bool
-		want         []ev
-		next         lifecycle
-	}{
-		{"new", lc(phaseNone, 0), lc(phaseCreated, 0), false, []ev{evCreated}, lc(phaseCreated, 0)},
-		{"start", lc(phaseCreated, 0), lc(phaseStarted, 5), true, []ev{evStarted}, lc(phaseStarted, 5)},
-		{"exit", lc(phaseStarted, 5), lc(phaseStopped, 5), true, []ev{evStopped}, lc(phaseStopped, 5)},
-		{"ran and exited between two looks", lc(phaseCreated, 0), lc(phaseStopped, 5), true, []ev{evStarted, evStopped}, lc(phaseStopped, 5)},
-		{"born, ran and exited unseen", lc(phaseNone, 0), lc(phaseStopped, 5), true, []ev{evCreated, evStarted, evStopped}, lc(phaseStopped, 5)},
-		{"start failed: no STARTED", lc(phaseCreated, 0), lc(phaseStopped, 0), false, []ev{evStopped}, lc(phaseStopped, 0)},
-		{"sandbox stopped before ready", lc(phaseCreated, 5), lc(phaseStopped, 5), false, []ev{evStopped}, lc(phaseStopped, 5)},
-		{"no change", lc(phaseStarted, 5), lc(phaseStarted, 5), true, nil, lc(phaseStarted, 5)},
-		{"never backwards", lc(phaseStopped, 5), lc(phaseCreated, 5), false, nil, lc(phaseStopped, 5)},
-		{"restart after exit", lc(phaseStopped, 5), lc(phaseStarted, 9), true, []ev{evStarted}, lc(phaseStarted, 9)},
-		{"restart unseen", lc(phaseStarted, 5), lc(phaseStarted, 9), true, []ev{evStopped, evStarted}, lc(phaseStarted, 9)},
-		{"restart and exit unseen", lc(phaseStarted, 5), lc(phaseStopped, 9), true, []ev{evStopped, evStarted, evStopped}, lc(phaseStopped, 9)},
-		{"removed while running", lc(phaseStarted, 5), lc(phaseNone, 0), false, []ev{evStopped, evDeleted}, lc(phaseNone, 0)},
-		{"removed after exit", lc(phaseStopped, 5), lc(phaseNone, 0), false, []ev{evDeleted}, lc(phaseNone, 0)},
-		{"removed before start", lc(phaseCreated, 0), lc(phaseNone, 0), false, []ev{evDeleted}, lc(phaseNone, 0)},
-		{"never known", lc(phaseNone, 0), lc(phaseNone, 0), false, nil, lc(phaseNone, 0)},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, next := advance(tc.prev, tc.cur, tc.startVisible)
-			if !slices.Equal(got, tc.want) || next != tc.next {
-				t.Errorf("advance(%+v, %+v) = %v, %+v; want %v, %+v", tc.prev, tc.cur, got, next, tc.want, tc.next)
-			}
-		})
-	}
-}
-
 // settleEvents waits until the events of what a test did so far are
 // published, so that a subscriber made next sees only what follows.
 func settleEvents(t *testing.T, ds *DockerService) {
 	t.Helper()
-	<-ds.events.seeded
-	testutil.Eventually(t, "container events published", ds.events.idle)
+	<-ds.events.Seeded()
+	testutil.Eventually(t, "container events published", ds.events.Idle)
 }
 
 // eventStream is a GetContainerEvents client over real gRPC.
@@ -346,7 +310,7 @@ func TestNoContainerEventsForStartUpState(t *testing.T) {
 	e.docker.SetDown(false)
 	startService(t, ds)
 	select {
-	case <-ds.events.seeded:
+	case <-ds.events.Seeded():
 	case <-time.After(testutil.EventuallyTimeout):
 		t.Fatal("events baseline not taken")
 	}
@@ -397,10 +361,10 @@ func TestSlowEventsSubscriberIsDropped(t *testing.T) {
 	defer cancel()
 	slow := &fakeEventsServer{ctx: ctx, sent: make(chan *runtimeapi.ContainerEventResponse)}
 	slowErr := make(chan error, 1)
-	e.ds.events.buffer = 2 // for the slow one only
+	e.ds.events.SetBuffer(2) // for the slow one only
 	go func() { slowErr <- e.ds.GetContainerEvents(&runtimeapi.GetEventsRequest{}, slow) }()
-	testutil.Eventually(t, "slow subscriber subscribed", func() bool { return e.ds.events.bus.Len() == 1 })
-	e.ds.events.buffer = eventsBuffer
+	testutil.Eventually(t, "slow subscriber subscribed", func() bool { return e.ds.events.Subscribers() == 1 })
+	e.ds.events.SetBuffer(events.DefaultBuffer)
 	fast := subscribeEvents(t, serveCRI(t, e.ds))
 
 	// The slow handler holds at most one event in Send and two in its
@@ -412,7 +376,7 @@ func TestSlowEventsSubscriberIsDropped(t *testing.T) {
 	for _, id := range ids {
 		fast.expect(t, id, evCreated, time.Time{})
 	}
-	testutil.Eventually(t, "slow subscriber dropped", func() bool { return e.ds.events.bus.Len() == 1 })
+	testutil.Eventually(t, "slow subscriber dropped", func() bool { return e.ds.events.Subscribers() == 1 })
 	// The client reads again: what was buffered, then the error.
 	var got []string
 	for {
@@ -448,67 +412,5 @@ func TestStopEventsEndsStreams(t *testing.T) {
 		}
 	case <-time.After(testutil.EventuallyTimeout):
 		t.Fatal("stream still open after StopEvents")
-	}
-}
-
-// BenchmarkContainerEvent is the cost of one event for a container of a
-// pod with 10 containers: its state and its pod's statuses read from the
-// index, built and published to one subscriber. The index does not pay
-// it: it only marks the ID.
-func BenchmarkContainerEvent(b *testing.B) {
-	e := newTestEnv(b)
-	e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
-	cfg := podConfig("bench")
-	cfg.LogDirectory = filepath.Join(b.TempDir(), "pods", "bench")
-	run, err := e.ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg})
-	if err != nil {
-		b.Fatal(err)
-	}
-	sb := run.PodSandboxId
-	var id string
-	for i := range 10 {
-		c := ctrConfig(fmt.Sprintf("c%d", i))
-		c.LogPath = ""
-		r, err := e.ds.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: c, SandboxConfig: cfg})
-		if err != nil {
-			b.Fatal(err)
-		}
-		id = r.ContainerId
-	}
-	if _, err := e.ds.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
-		b.Fatal(err)
-	}
-	// A generator of its own, so the benchmark owns its state.
-	ev := newContainerEvents(e.ds)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ev.seed(ctx)
-	sub := ev.bus.Subscribe(ctx, 1<<20)
-	got := make(chan int)
-	go func() {
-		n := 0
-		for {
-			select {
-			case x := <-sub.C():
-				if len(x.ContainersStatuses) != 10 || x.ContainerEventType != evStarted {
-					panic(fmt.Sprintf("unexpected event %v", x))
-				}
-				n++
-			case <-sub.Done():
-				got <- n + len(sub.C()) // what is left was sent too
-				return
-			}
-		}
-	}()
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		ev.known[id].phase = phaseCreated // so that each update is a STARTED
-		ev.update(ctx, id)
-		n++
-	}
-	sub.Close()
-	if sent := <-got; sent != n {
-		b.Fatalf("%d events for %d updates", sent, n)
 	}
 }

@@ -27,6 +27,8 @@ import (
 	"github.com/netshim/netshim/pkg/podns"
 
 	"github.com/netshim/netshim/pkg/dockerservice/stats"
+
+	"github.com/netshim/netshim/pkg/dockerservice/events"
 )
 
 // Config holds the settings of a DockerService.
@@ -90,8 +92,9 @@ type DockerService struct {
 	engine *engine.Engine
 	// streaming serves exec/attach/port-forward sessions (streaming.go).
 	streaming StreamingServer
-	// events publishes container events (container_events.go).
-	events *containerEvents
+	// events publishes container events (container_events.go,
+	// pkg/dockerservice/events).
+	events *events.Publisher
 	// pins is the pinning of pod namespaces under --netns-dir
 	// (sandbox_netns.go, sandbox_sysctls.go).
 	pins nsPinning
@@ -150,10 +153,10 @@ func NewDockerService(cfg Config, client engine.Client, checkpoints *checkpoint.
 	ds.containers.oom.floor = cfg.OOMScoreAdjFloor
 	ds.containers.layers = newLayerUsage(client.Info, ds.store(), cfg.LayerUsage)
 	ds.containers.stats = stats.New(stats.Options{WritableLayer: ds.containers.layers.writableLayer})
-	ds.events = newContainerEvents(ds)
-	ds.store().OnChange(ds.events.touch)
+	ds.events = events.New(eventSource{ds})
+	ds.store().OnChange(ds.events.Touch)
 	cfg.Metrics.SetStateCounts(ds.countByState) // metrics.go
-	ds.containers.streams.onSettled = ds.events.touch
+	ds.containers.streams.onSettled = ds.events.Touch
 	if err := ds.pods.Load(); err != nil {
 		return nil, err
 	}

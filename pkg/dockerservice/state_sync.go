@@ -53,7 +53,7 @@ func (ds *DockerService) newIndex() *index.Index {
 func (ds *DockerService) Start(ctx context.Context) {
 	go ds.index.Run(ctx)
 	ds.containers.layers.start(ctx) // container_layer.go
-	go ds.events.run(ctx)
+	go ds.events.Run(ctx)
 	go func() {
 		select {
 		case <-ds.index.SyncedCh():
