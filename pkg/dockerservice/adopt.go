@@ -297,7 +297,7 @@ func (ds *DockerService) adoptContainerLog(ctx context.Context, rec *store.Recor
 		return false
 	}
 	log := klog.FromContext(ctx).WithValues("containerID", rec.ID, "path", info.LogPath)
-	if err := ds.checkLogPathPlace(info.LogPath); err != nil {
+	if err := ds.logPlaces().CheckPlace(info.LogPath); err != nil {
 		log.Error(err, "Not taking over the log of an adopted container")
 		return false
 	}

@@ -29,7 +29,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err := dockerspec.ValidateCreateContainer(r); err != nil {
 		return nil, err
 	}
-	logPath, err := ds.containerLogPath(r.GetSandboxConfig().GetLogDirectory(), cfg.GetLogPath())
+	logPath, err := ds.logPlaces().Resolve(r.GetSandboxConfig().GetLogDirectory(), cfg.GetLogPath())
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/netshim/netshim/pkg/dockerservice/events"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/logs"
 )
 
 // The container events (pkg/dockerservice/events) are made of what the
@@ -128,18 +130,18 @@ func (s eventSource) ContainerStatuses(sandboxID string) []*runtimeapi.Container
 // streams touch it).
 func (s eventSource) recheckWhenCopied(ctx context.Context, rec *store.Record) {
 	id := rec.ID
-	logs := s.ds.containers.logs
+	mgr := s.ds.containers.logs
 	var done <-chan struct{}
-	if _, following := logs.Following(id); following {
-		done = logs.Done(id)
+	if _, following := mgr.Following(id); following {
+		done = mgr.Done(id)
 	}
 	var deadline time.Time
 	if rec.FinishedAt != 0 {
 		deadline = time.Unix(0, rec.FinishedAt)
-		if since, copying := s.ds.containers.streams.copyingSince(id); copying && since.After(deadline) {
+		if since, copying := s.ds.containers.streams.CopyingSince(id); copying && since.After(deadline) {
 			deadline = since
 		}
-		deadline = deadline.Add(logDrainGrace + time.Millisecond)
+		deadline = deadline.Add(logs.DrainGrace + time.Millisecond)
 	}
 	s.ds.events.RecheckWhen(ctx, id, done, deadline)
 }

@@ -261,7 +261,7 @@ func TestContainerStoppedOnlyOnceItsExitShows(t *testing.T) {
 	ev := subscribeEvents(t, serveCRI(t, e.ds))
 
 	// As while StartContainer sets the log up: the exit is held back.
-	done := e.ds.containers.streams.markStarting(id)
+	done := e.ds.containers.streams.MarkStarting(id)
 	e.docker.ExitBehindBack(id, 0, false)
 	testutil.Eventually(t, "exit in the index", func() bool { r, _ := e.ds.store().Get(id); return !r.Running() })
 	if st := e.status(t, id).State; st != runtimeapi.ContainerState_CONTAINER_RUNNING {

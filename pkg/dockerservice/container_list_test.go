@@ -116,7 +116,7 @@ func TestListContainersCacheFollowsState(t *testing.T) {
 
 	// a exits while its log is still being copied: listed running, and
 	// not from the cache, until the copy is done.
-	copied := e.ds.containers.streams.markStarting(a)
+	copied := e.ds.containers.streams.MarkStarting(a)
 	e.docker.KillBehindBack(a)
 	testutil.Eventually(t, "the exit in the index", func() bool {
 		r, _ := e.ds.store().Get(a)

@@ -206,7 +206,7 @@ func TestExitedWhileDownLogWrittenAfterRestart(t *testing.T) {
 		t.Errorf("log of the container that exited while netshim was down = %q, want %q", got, want)
 	}
 	testutil.Eventually(t, "the drain to end", func() bool {
-		_, copying := ds2.containers.streams.copyingSince(removedID)
+		_, copying := ds2.containers.streams.CopyingSince(removedID)
 		return !copying
 	})
 	if _, err := os.Lstat(removedPath); !os.IsNotExist(err) {
@@ -217,29 +217,8 @@ func TestExitedWhileDownLogWrittenAfterRestart(t *testing.T) {
 	}
 }
 
-// logState tells a follower whether its container may still write.
-func TestLogState(t *testing.T) {
-	e := newPodEnv(t)
-	id := e.create(t, ctrConfig("c"))
-	e.start(t, id)
-	state := logState(e.docker)
-	if got := state(context.Background(), id); got != crilog.StateRunning {
-		t.Errorf("running container: %v", got)
-	}
-	e.docker.ExitBehindBack(id, 0, false)
-	if got := state(context.Background(), id); got != crilog.StateExited {
-		t.Errorf("exited container: %v", got)
-	}
-	if _, err := e.ds.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
-		t.Fatal(err)
-	}
-	if got := state(context.Background(), id); got != crilog.StateGone {
-		t.Errorf("removed container: %v", got)
-	}
-}
-
 // The exit of a container whose log is being copied shows only once the
-// copy is done, for at most logDrainGrace: counted from the exit, or from
+// copy is done, for at most logs.DrainGrace: counted from the exit, or from
 // when the copy began for a container that exited long ago while netshim
 // was down (the old rule counted from the exit only, so such a container
 // showed exited while its drain had barely begun).
@@ -264,7 +243,7 @@ func TestVisibleStateWhileLogIsCopied(t *testing.T) {
 				StartedAt: tc.finished.Add(-time.Minute).UnixNano(), FinishedAt: tc.finished.UnixNano(),
 			}
 			if tc.marked {
-				defer e.ds.containers.streams.markStarting(rec.ID)()
+				defer e.ds.containers.streams.MarkStarting(rec.ID)()
 			}
 			if got := e.ds.visibleState(rec); got != tc.want {
 				t.Errorf("visibleState = %v, want %v", got, tc.want)

@@ -16,6 +16,8 @@ import (
 	"github.com/netshim/netshim/pkg/procutil"
 
 	"github.com/netshim/netshim/pkg/dockerservice/stats"
+
+	"github.com/netshim/netshim/pkg/dockerservice/logs"
 )
 
 // containerRuntime is the state the workload-container RPCs keep besides
@@ -24,7 +26,7 @@ type containerRuntime struct {
 	// logs copies each started container's Docker log into its CRI log
 	// file; streams tells whether a container's copy is done.
 	logs    *crilog.Manager
-	streams *logStreams
+	streams *logs.Streams
 	// stats reads containers' CPU and memory usage from their cgroups.
 	stats *stats.Reader
 	// layers measures containers' writable layers (container_layer.go).
@@ -59,10 +61,10 @@ type containerRuntime struct {
 }
 
 func newContainerRuntime(client engine.Client, logOpts ...crilog.ManagerOption) *containerRuntime {
-	logs := crilog.NewManager(client, append([]crilog.ManagerOption{crilog.WithStateFunc(logState(client))}, logOpts...)...)
+	mgr := crilog.NewManager(client, append([]crilog.ManagerOption{crilog.WithStateFunc(logs.StateFunc(client))}, logOpts...)...)
 	c := &containerRuntime{
-		logs:     logs,
-		streams:  newLogStreams(logs),
+		logs:     mgr,
+		streams:  logs.NewStreams(mgr),
 		procRoot: "/proc",
 		selinux:  hostSELinuxEnabled(),
 	}

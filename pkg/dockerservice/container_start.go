@@ -41,7 +41,7 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 
 	if info.LogPath != "" {
 		// From before the start: the container may exit at once.
-		defer ds.containers.streams.markStarting(id)()
+		defer ds.containers.streams.MarkStarting(id)()
 	}
 	// The index records the new state (pid, start time) before the
 	// answer, or, when Docker refuses, why (the exit code and error) for
@@ -68,9 +68,9 @@ func (ds *DockerService) StartContainer(ctx context.Context, r *runtimeapi.Start
 // still passes the checks of CreateContainer (the file system may have
 // changed since, and a container created by an older netshim was never
 // checked), and the file and its missing directories can be made, confined
-// as the follower opens them (see container_logpath.go).
+// as the follower opens them (see pkg/dockerservice/logs, places.go).
 func (ds *DockerService) prepareLogFile(path string) error {
-	if err := ds.checkLogFilePath(path); err != nil {
+	if err := ds.logPlaces().CheckFile(path); err != nil {
 		return err
 	}
 	w, err := crilog.NewWriter(path)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+
+	"github.com/netshim/netshim/pkg/dockerservice/logs"
 )
 
 // StopContainer sends the container its stop signal (the CRI config's,
@@ -51,7 +53,7 @@ func (ds *DockerService) StopContainer(ctx context.Context, r *runtimeapi.StopCo
 	// time are final, so the index can have them before kubelet asks.
 	ds.markStopped(ctx, rec.ID)
 	// Its exit shows once the end of its log is in the file.
-	ds.containers.streams.waitCopied(ctx, rec.ID, logDrainGrace)
+	ds.containers.streams.WaitCopied(ctx, rec.ID, logs.DrainGrace)
 	klog.FromContext(ctx).V(4).Info("Stopped container", "containerID", rec.ID, "timeout", timeout, "took", time.Since(start))
 	return &runtimeapi.StopContainerResponse{}, nil
 }

@@ -1,4 +1,4 @@
-package dockerservice
+package logs
 
 import (
 	"fmt"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
-
 	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
@@ -38,10 +37,17 @@ import (
 // An empty log_path means no log file. A log_path with no log_directory
 // also means none, as with containerd: there is nothing to anchor it to.
 
-// containerLogPath checks the sandbox's log directory and the container's
+// Places is where container log files may be: anywhere kubelet says but
+// under netshim's own root directory.
+type Places struct {
+	// RootDir is netshim's state directory (--root-dir).
+	RootDir string
+}
+
+// Resolve checks the sandbox's log directory and the container's
 // log path, and returns the log file's path ("" for no log). Errors are
 // InvalidArgument and say what to fix.
-func (ds *DockerService) containerLogPath(dir, rel string) (string, error) {
+func (p Places) Resolve(dir, rel string) (string, error) {
 	if rel == "" || dir == "" {
 		return "", nil
 	}
@@ -65,17 +71,17 @@ func (ds *DockerService) containerLogPath(dir, rel string) (string, error) {
 		// Unreachable after the checks above; kept as the rule itself.
 		return "", crirpc.InvalidArgf("container log_path %q leaves the log_directory %s", rel, dir)
 	}
-	if err := ds.checkLogFilePath(path); err != nil {
+	if err := p.CheckFile(path); err != nil {
 		return "", crirpc.WithCode(codes.InvalidArgument, err)
 	}
 	return path, nil
 }
 
-// checkLogFilePath applies the rules that hold for a log file path however
+// CheckFile applies the rules that hold for a log file path however
 // it was obtained: from a CreateContainer just now, or from the label of a
 // container created by an older netshim. It only reads the file system.
-func (ds *DockerService) checkLogFilePath(path string) error {
-	if err := ds.checkLogPathPlace(path); err != nil {
+func (p Places) CheckFile(path string) error {
+	if err := p.CheckPlace(path); err != nil {
 		return err
 	}
 	if err := crilog.Check(path); err != nil {
@@ -84,13 +90,13 @@ func (ds *DockerService) checkLogFilePath(path string) error {
 	return nil
 }
 
-// checkLogPathPlace is the part of checkLogFilePath that does not look at
+// CheckPlace is the part of CheckFile that does not look at
 // the file: the path is absolute, clean and outside netshim's root dir.
-func (ds *DockerService) checkLogPathPlace(path string) error {
+func (p Places) CheckPlace(path string) error {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 		return fmt.Errorf("log file path %q is not an absolute clean path", path)
 	}
-	for _, root := range rootDirForms(ds.cfg.RootDir) {
+	for _, root := range rootDirForms(p.RootDir) {
 		if isUnder(path, root) || path == root {
 			return fmt.Errorf("log file %s is inside netshim's root directory %s, which holds netshim's own state; use a log_directory outside it", path, root)
 		}
