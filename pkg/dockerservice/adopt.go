@@ -4,17 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/crilog"
+	"github.com/netshim/netshim/pkg/dockerservice/cridockerd"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
@@ -30,93 +28,9 @@ import (
 // arguments cri-dockerd's ADD was given, and remove cri-dockerd's
 // checkpoint with netshim's.
 
-// criDockerdCheckpointDir is where cri-dockerd keeps its sandbox
-// checkpoints under its root directory.
-const criDockerdCheckpointDir = "sandbox"
-
-// criDockerdCheckpoint is cri-dockerd's checkpoint of a sandbox, as far as
-// netshim reads it. Its checksum is not checked: cri-dockerd computes it
-// over a Go-syntax dump of its own types, which cannot be recomputed
-// outside them. The file is cross-checked with the sandbox instead.
-type criDockerdCheckpoint struct {
-	Version   string `json:"version"`
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	Data      *struct {
-		PortMappings []*struct {
-			Protocol      *string `json:"protocol,omitempty"`
-			ContainerPort *int32  `json:"container_port,omitempty"`
-			HostPort      *int32  `json:"host_port,omitempty"`
-			HostIP        string  `json:"host_ip,omitempty"`
-		} `json:"port_mappings,omitempty"`
-		HostNetwork bool `json:"host_network,omitempty"`
-	} `json:"data,omitempty"`
-}
-
-// criDockerdCheckpointPath is the file of sandbox id under cri-dockerd's
-// root directory; "" for an id that is not a plain name.
-func (ds *DockerService) criDockerdCheckpointPath(id string) string {
-	if id == "" || strings.ContainsAny(id, "/\x00") || id == "." || id == ".." {
-		return ""
-	}
-	return filepath.Join(ds.cfg.CRIDockerdRootDir, criDockerdCheckpointDir, id)
-}
-
-// readCRIDockerdCheckpoint reads cri-dockerd's checkpoint of a sandbox,
-// checked against the sandbox's metadata; a missing file is (nil, nil).
-func (ds *DockerService) readCRIDockerdCheckpoint(id string, md *runtimeapi.PodSandboxMetadata) (*criDockerdCheckpoint, error) {
-	path := ds.criDockerdCheckpointPath(id)
-	if path == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading cri-dockerd's checkpoint: %w", err)
-	}
-	var cp criDockerdCheckpoint
-	if err := json.Unmarshal(b, &cp); err != nil {
-		return nil, fmt.Errorf("cri-dockerd's checkpoint %s: %w", path, err)
-	}
-	if cp.Version != "v1" {
-		return nil, fmt.Errorf("cri-dockerd's checkpoint %s has version %q; netshim reads v1", path, cp.Version)
-	}
-	if cp.Name != md.GetName() || cp.Namespace != md.GetNamespace() {
-		return nil, fmt.Errorf("cri-dockerd's checkpoint %s is for pod %s/%s, but the sandbox is pod %s/%s", path, cp.Namespace, cp.Name, md.GetNamespace(), md.GetName())
-	}
-	return &cp, nil
-}
-
-// portMappings converts cri-dockerd's host ports. A mapping netshim could
-// not have been given by kubelet (no port, port out of range, unknown
-// protocol) makes the whole checkpoint suspect.
-func (cp *criDockerdCheckpoint) portMappings() ([]checkpoint.PortMapping, error) {
-	if cp.Data == nil {
-		return nil, nil
-	}
-	var out []checkpoint.PortMapping
-	for _, pm := range cp.Data.PortMappings {
-		if pm == nil || pm.ContainerPort == nil || pm.HostPort == nil {
-			continue // cri-dockerd writes no mapping without both ports
-		}
-		proto := "tcp"
-		if pm.Protocol != nil {
-			proto = strings.ToLower(*pm.Protocol)
-		}
-		if proto != "tcp" && proto != "udp" && proto != "sctp" {
-			return nil, fmt.Errorf("host port %d has protocol %q", *pm.HostPort, proto)
-		}
-		if *pm.ContainerPort <= 0 || *pm.ContainerPort > 65535 || *pm.HostPort < 0 || *pm.HostPort > 65535 {
-			return nil, fmt.Errorf("port mapping %d->%d is out of range", *pm.HostPort, *pm.ContainerPort)
-		}
-		if *pm.HostPort == 0 {
-			continue // not a host port: nothing to map
-		}
-		out = append(out, checkpoint.PortMapping{Protocol: proto, ContainerPort: *pm.ContainerPort, HostPort: *pm.HostPort, HostIP: pm.HostIP})
-	}
-	return out, nil
+// criDockerd is cri-dockerd's root directory, where its checkpoints are.
+func (ds *DockerService) criDockerd() cridockerd.Root {
+	return cridockerd.Root(ds.cfg.CRIDockerdRootDir)
 }
 
 // adoptCRIDockerd makes the adopted sandboxes and logs netshim's. It runs
@@ -146,7 +60,7 @@ func (ds *DockerService) adoptCRIDockerd(ctx context.Context) {
 // (sandbox_teardown_retry.go). The pod's UID is not in cri-dockerd's
 // checkpoint; it stays empty.
 func (ds *DockerService) adoptOrphanCheckpoints(ctx context.Context) int {
-	dir := filepath.Join(ds.cfg.CRIDockerdRootDir, criDockerdCheckpointDir)
+	dir := ds.criDockerd().Dir()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -157,7 +71,7 @@ func (ds *DockerService) adoptOrphanCheckpoints(ctx context.Context) int {
 	n := 0
 	for _, e := range entries {
 		id := e.Name()
-		if !e.Type().IsRegular() || !isContainerID(id) {
+		if !e.Type().IsRegular() || !cridockerd.IsContainerID(id) {
 			continue
 		}
 		if _, ok := ds.store().Get(id); ok || ds.getCheckpoint(id) != nil {
@@ -172,18 +86,18 @@ func (ds *DockerService) adoptOrphanCheckpoints(ctx context.Context) int {
 
 func (ds *DockerService) adoptOrphanCheckpoint(ctx context.Context, id string) bool {
 	log := klog.FromContext(ctx).WithValues("podSandboxID", id)
-	path := ds.criDockerdCheckpointPath(id)
+	path := ds.criDockerd().Path(id)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		log.Error(err, "Cannot read cri-dockerd's checkpoint of a sandbox without a container")
 		return false
 	}
-	var old criDockerdCheckpoint
+	var old cridockerd.Checkpoint
 	if err := json.Unmarshal(b, &old); err != nil || old.Version != "v1" || old.Name == "" || old.Namespace == "" {
 		log.Error(err, "Ignoring cri-dockerd's checkpoint of a sandbox without a container: not a v1 checkpoint naming a pod", "path", path)
 		return false
 	}
-	mappings, err := old.portMappings()
+	mappings, err := old.PortMappings()
 	if err != nil {
 		log.Error(err, "cri-dockerd's checkpoint of a sandbox without a container has unusable host ports; taking it over without them", "path", path)
 	}
@@ -206,21 +120,6 @@ func (ds *DockerService) adoptOrphanCheckpoint(ctx context.Context, id string) b
 		return false
 	}
 	log.Info("Took over a cri-dockerd sandbox whose container is gone; its network is torn down", "pod", klog.KRef(cp.Namespace, cp.Name))
-	return true
-}
-
-// isContainerID reports whether s is a full Docker container ID: 64
-// lower-case hex digits. cri-dockerd names its checkpoints so; anything
-// else in its directory is not one.
-func isContainerID(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
 	return true
 }
 
@@ -250,9 +149,9 @@ func (ds *DockerService) adoptSandbox(ctx context.Context, rec *store.Record) bo
 		Setup:       checkpoint.SetupReady,
 	}
 	log := klog.FromContext(ctx).WithValues("podSandboxID", rec.ID, "pod", klog.KRef(cp.Namespace, cp.Name))
-	old, err := ds.readCRIDockerdCheckpoint(rec.ID, md)
+	old, err := ds.criDockerd().Read(rec.ID, md)
 	if err == nil && old != nil {
-		cp.PortMappings, err = old.portMappings()
+		cp.PortMappings, err = old.PortMappings()
 	}
 	switch {
 	case err != nil:
@@ -260,7 +159,7 @@ func (ds *DockerService) adoptSandbox(ctx context.Context, rec *store.Record) bo
 		// by its container ID, so teardown still removes them.
 		log.Error(err, "Cannot use cri-dockerd's checkpoint of an adopted sandbox; taking it over without its host ports")
 	case old == nil:
-		log.Info("An adopted sandbox has no cri-dockerd checkpoint; taking it over without host ports", "dir", filepath.Join(ds.cfg.CRIDockerdRootDir, criDockerdCheckpointDir))
+		log.Info("An adopted sandbox has no cri-dockerd checkpoint; taking it over without host ports", "dir", ds.criDockerd().Dir())
 	}
 	if !cp.HostNetwork && rec.Running() {
 		sctx, cancel := context.WithTimeout(ctx, recoverStatusTimeout)
@@ -322,7 +221,7 @@ func (ds *DockerService) removeCRIDockerdCheckpoint(ctx context.Context, id stri
 	if !ds.cfg.AdoptCRIDockerd {
 		return
 	}
-	path := ds.criDockerdCheckpointPath(id)
+	path := ds.criDockerd().Path(id)
 	if path == "" {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/cridockerd"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/network"
 )
@@ -97,7 +98,7 @@ func newCRIDockerdWorld(t *testing.T) *criDockerdWorld {
 
 func (w *criDockerdWorld) writeCheckpoint(t *testing.T, content string) {
 	t.Helper()
-	dir := filepath.Join(w.criRoot, criDockerdCheckpointDir)
+	dir := filepath.Join(w.criRoot, cridockerd.CheckpointDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestAdoptCRIDockerdPods(t *testing.T) {
 	if _, err := ds.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: adoptSandboxID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(w.criRoot, criDockerdCheckpointDir, adoptSandboxID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(w.criRoot, cridockerd.CheckpointDir, adoptSandboxID)); !os.IsNotExist(err) {
 		t.Errorf("cri-dockerd's checkpoint after remove: %v, want it gone", err)
 	}
 	if _, err := ckpt.Get(adoptSandboxID); err == nil {
@@ -306,7 +307,7 @@ func TestAdoptingDecoderPrefersNetshimLabels(t *testing.T) {
 func TestAdoptCRIDockerdOrphanCheckpoint(t *testing.T) {
 	const orphan = "0bad000000000000000000000000000000000000000000000000000000000000"
 	w := newCRIDockerdWorld(t)
-	dir := filepath.Join(w.criRoot, criDockerdCheckpointDir)
+	dir := filepath.Join(w.criRoot, cridockerd.CheckpointDir)
 	if err := os.WriteFile(filepath.Join(dir, orphan), []byte(`{"version":"v1","name":"gone","namespace":"ns","data":{"port_mappings":[{"protocol":"TCP","container_port":80,"host_port":9090}]}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
