@@ -16,6 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/layerusage"
 	"github.com/netshim/netshim/pkg/procutil"
@@ -238,7 +239,7 @@ func (l *layerUsage) refreshMountpoint(ctx context.Context) {
 // sees them on the filesystem it knows (it reads capacity and free space
 // there).
 func containerFsMountpoint(info system.Info) string {
-	if info.DockerRootDir == "" || info.Driver == "" || usesContainerdStore(info) {
+	if info.DockerRootDir == "" || info.Driver == "" || engine.UsesContainerdStore(info) {
 		return info.DockerRootDir
 	}
 	dir := filepath.Join(info.DockerRootDir, info.Driver)

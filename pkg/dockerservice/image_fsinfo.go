@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/system"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/layerusage"
 )
 
@@ -213,14 +213,14 @@ func (c *fsUsageCache) startLocked(ctx context.Context, measure measureFunc) {
 type storageSettings struct {
 	rootDir, driver string
 	// containerdStore: images live in containerd's image store
-	// (usesContainerdStore).
+	// (engine.UsesContainerdStore).
 	containerdStore bool
 }
 
 // storageSettings reads Docker's storage settings, or takes them from memo
-// when they were read in engine session engine, the current one.
-func (ds *DockerService) storageSettings(ctx context.Context, memo *fsMemo, engine uint64) (storageSettings, error) {
-	if memo != nil && memo.storage.rootDir != "" && memo.engine == engine {
+// when they were read in engine session session, the current one.
+func (ds *DockerService) storageSettings(ctx context.Context, memo *fsMemo, session uint64) (storageSettings, error) {
+	if memo != nil && memo.storage.rootDir != "" && memo.engine == session {
 		return memo.storage, nil
 	}
 	info, err := ds.engine.Info(ctx)
@@ -230,7 +230,7 @@ func (ds *DockerService) storageSettings(ctx context.Context, memo *fsMemo, engi
 	if info.DockerRootDir == "" || info.Driver == "" {
 		return storageSettings{}, fmt.Errorf("docker reports no root dir or storage driver (root %q, driver %q)", info.DockerRootDir, info.Driver)
 	}
-	return storageSettings{rootDir: info.DockerRootDir, driver: info.Driver, containerdStore: usesContainerdStore(info)}, nil
+	return storageSettings{rootDir: info.DockerRootDir, driver: info.Driver, containerdStore: engine.UsesContainerdStore(info)}, nil
 }
 
 // measureFsUsage measures Docker's storage. memo is the previous
@@ -238,12 +238,12 @@ func (ds *DockerService) storageSettings(ctx context.Context, memo *fsMemo, engi
 func (ds *DockerService) measureFsUsage(ctx context.Context, memo *fsMemo) (*fsStats, *fsMemo, error) {
 	// The session is read before the settings: if it ends meanwhile,
 	// the next measurement reads them again.
-	engine := ds.engine.Session()
-	settings, err := ds.storageSettings(ctx, memo, engine)
+	session := ds.engine.Session()
+	settings, err := ds.storageSettings(ctx, memo, session)
 	if err != nil {
 		return nil, nil, err
 	}
-	next := &fsMemo{storage: settings, engine: engine}
+	next := &fsMemo{storage: settings, engine: session}
 	at := time.Now()
 	if settings.containerdStore {
 		st, err := ds.measureContainerdStore(ctx, settings.rootDir, at)
@@ -360,20 +360,6 @@ func readLayerIDs(dir string, known, learned map[string][]string, files ...strin
 		}
 	}
 	return out
-}
-
-// containerdSnapshotter is the driver-type Docker reports in DriverStatus
-// when images live in containerd's image store (the default from Docker
-// 29): the "driver" is a containerd snapshotter.
-const containerdSnapshotter = "io.containerd.snapshotter.v1"
-
-func usesContainerdStore(info system.Info) bool {
-	for _, kv := range info.DriverStatus {
-		if len(kv) == 2 && kv[0] == "driver-type" && kv[1] == containerdSnapshotter {
-			return true
-		}
-	}
-	return false
 }
 
 // measureContainerdStore measures the containerd image store. Its layers
