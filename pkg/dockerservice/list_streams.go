@@ -1,12 +1,12 @@
 package dockerservice
 
 import (
-	"context"
 	"fmt"
 
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 )
 
 // The Stream* RPCs (CRI v0.36+, kubelet's CRIListStreaming gate) are the
@@ -14,44 +14,7 @@ import (
 // hits gRPC's message size limit. Each answers from its List twin, so the
 // two can never disagree, and sends the items in messages of at least one
 // item (none at all when there are no items: the client reads until EOF),
-// each item exactly once.
-
-// streamChunkBytes bounds the encoded items of one message. kubelet
-// accepts 16 MiB messages, crictl and most gRPC clients 4 MiB; 1 MiB stays
-// far below both while keeping the messages few (one for ~500 typical
-// pods). An item larger than this goes alone in its message.
-const streamChunkBytes = 1 << 20
-
-// sendChunked sends items in order, in messages of at most
-// streamChunkBytes of encoded items (or one item), stopping when ctx ends.
-func sendChunked[T proto.Message](ctx context.Context, items []T, send func([]T) error) error {
-	start, size := 0, 0
-	flush := func(end int) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := send(items[start:end]); err != nil {
-			return err
-		}
-		start, size = end, 0
-		return nil
-	}
-	for i, item := range items {
-		// A repeated field's tag and length prefix cost a few bytes
-		// more than the item itself.
-		n := proto.Size(item) + 8
-		if i > start && size+n > streamChunkBytes {
-			if err := flush(i); err != nil {
-				return err
-			}
-		}
-		size += n
-	}
-	if start < len(items) {
-		return flush(len(items))
-	}
-	return nil
-}
+// each item exactly once (crirpc.SendChunked).
 
 // twinFailed names the stream in its List twin's error: an Unimplemented
 // twin must not read as if the stream were the one missing.
@@ -69,7 +32,7 @@ func (ds *DockerService) StreamPodSandboxes(r *runtimeapi.StreamPodSandboxesRequ
 	if err != nil {
 		return err
 	}
-	return sendChunked(ctx, resp.GetItems(), func(items []*runtimeapi.PodSandbox) error {
+	return crirpc.SendChunked(ctx, resp.GetItems(), func(items []*runtimeapi.PodSandbox) error {
 		return stream.Send(&runtimeapi.StreamPodSandboxesResponse{PodSandboxes: items})
 	})
 }
@@ -81,7 +44,7 @@ func (ds *DockerService) StreamContainers(r *runtimeapi.StreamContainersRequest,
 	if err != nil {
 		return err
 	}
-	return sendChunked(ctx, resp.GetContainers(), func(items []*runtimeapi.Container) error {
+	return crirpc.SendChunked(ctx, resp.GetContainers(), func(items []*runtimeapi.Container) error {
 		return stream.Send(&runtimeapi.StreamContainersResponse{Containers: items})
 	})
 }
@@ -93,7 +56,7 @@ func (ds *DockerService) StreamContainerStats(r *runtimeapi.StreamContainerStats
 	if err != nil {
 		return err
 	}
-	return sendChunked(ctx, resp.GetStats(), func(items []*runtimeapi.ContainerStats) error {
+	return crirpc.SendChunked(ctx, resp.GetStats(), func(items []*runtimeapi.ContainerStats) error {
 		return stream.Send(&runtimeapi.StreamContainerStatsResponse{ContainerStats: items})
 	})
 }
@@ -105,7 +68,7 @@ func (ds *DockerService) StreamPodSandboxStats(r *runtimeapi.StreamPodSandboxSta
 	if err != nil {
 		return twinFailed("StreamPodSandboxStats", err)
 	}
-	return sendChunked(ctx, resp.GetStats(), func(items []*runtimeapi.PodSandboxStats) error {
+	return crirpc.SendChunked(ctx, resp.GetStats(), func(items []*runtimeapi.PodSandboxStats) error {
 		return stream.Send(&runtimeapi.StreamPodSandboxStatsResponse{PodSandboxStats: items})
 	})
 }
@@ -117,7 +80,7 @@ func (ds *DockerService) StreamPodSandboxMetrics(_ *runtimeapi.StreamPodSandboxM
 	if err != nil {
 		return twinFailed("StreamPodSandboxMetrics", err)
 	}
-	return sendChunked(ctx, resp.GetPodMetrics(), func(items []*runtimeapi.PodSandboxMetrics) error {
+	return crirpc.SendChunked(ctx, resp.GetPodMetrics(), func(items []*runtimeapi.PodSandboxMetrics) error {
 		return stream.Send(&runtimeapi.StreamPodSandboxMetricsResponse{PodSandboxMetrics: items})
 	})
 }
@@ -129,7 +92,7 @@ func (ds *DockerService) StreamImages(r *runtimeapi.StreamImagesRequest, stream 
 	if err != nil {
 		return err
 	}
-	return sendChunked(ctx, resp.GetImages(), func(items []*runtimeapi.Image) error {
+	return crirpc.SendChunked(ctx, resp.GetImages(), func(items []*runtimeapi.Image) error {
 		return stream.Send(&runtimeapi.StreamImagesResponse{Images: items})
 	})
 }
