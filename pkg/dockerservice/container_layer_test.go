@@ -72,12 +72,12 @@ func (e *podEnv) containerStats(t *testing.T, id string) *runtimeapi.ContainerSt
 
 func TestContainerStatsReportsTheMeasuredWritableLayer(t *testing.T) {
 	e := newPodEnv(t)
-	r := newFakeDockerRoot(t)
+	r := fakedocker.NewRoot(t)
 	e.docker.Do(func(s *fakedocker.State) {
-		s.Info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+		s.Info = system.Info{DockerRootDir: r.Dir, Driver: "overlay2"}
 	})
-	layer := filepath.Join(r.driverDir, r.containerL, "diff")
-	writeSizedFile(t, filepath.Join(layer, "data", "1mib"), 1<<20)
+	layer := filepath.Join(r.DriverDir, r.ContainerLayer, "diff")
+	fakedocker.WriteSizedFile(t, filepath.Join(layer, "data", "1mib"), 1<<20)
 	id := e.startWithLayer(t, "writer", layer)
 	idle := e.create(t, ctrConfig("idle")) // no layer known
 
@@ -94,8 +94,8 @@ func TestContainerStatsReportsTheMeasuredWritableLayer(t *testing.T) {
 		t.Errorf("timestamp %v is not when it was measured", ts)
 	}
 	// The filesystem ImageFsInfo reports for containers.
-	if mp, want := wl.FsId.GetMountpoint(), e.imageFsInfo(t).ContainerFilesystems[0].FsId.GetMountpoint(); mp != want || mp != r.driverDir {
-		t.Errorf("fs_id %q, want ImageFsInfo's container filesystem %q (the driver dir %q)", mp, want, r.driverDir)
+	if mp, want := wl.FsId.GetMountpoint(), e.imageFsInfo(t).ContainerFilesystems[0].FsId.GetMountpoint(); mp != want || mp != r.DriverDir {
+		t.Errorf("fs_id %q, want ImageFsInfo's container filesystem %q (the driver dir %q)", mp, want, r.DriverDir)
 	}
 
 	list, err := e.ds.ListContainerStats(context.Background(), &runtimeapi.ListContainerStatsRequest{})
@@ -225,15 +225,15 @@ func TestLayerUsageFindsASnapshotterLayerInMountinfo(t *testing.T) {
 // ImageFsInfo and for every writable layer, whichever the image store,
 // as kubelet tells image and container filesystems apart by it.
 func TestContainerFsMountpointMatchesImageFsInfo(t *testing.T) {
-	r := newFakeDockerRoot(t)
+	r := fakedocker.NewRoot(t)
 	for _, tt := range []struct {
 		name string
 		info system.Info
 		want string
 	}{
-		{"overlay2", system.Info{DockerRootDir: r.root, Driver: "overlay2"}, r.driverDir},
-		{"containerd store", system.Info{DockerRootDir: r.root, Driver: "overlayfs", DriverStatus: [][2]string{{"driver-type", "io.containerd.snapshotter.v1"}}}, r.root},
-		{"driver without dir", system.Info{DockerRootDir: r.root, Driver: "btrfs"}, r.root},
+		{"overlay2", system.Info{DockerRootDir: r.Dir, Driver: "overlay2"}, r.DriverDir},
+		{"containerd store", system.Info{DockerRootDir: r.Dir, Driver: "overlayfs", DriverStatus: [][2]string{{"driver-type", "io.containerd.snapshotter.v1"}}}, r.Dir},
+		{"driver without dir", system.Info{DockerRootDir: r.Dir, Driver: "btrfs"}, r.Dir},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newTestEnv(t)
@@ -255,8 +255,8 @@ func TestImageFsInfoSumsMeasuredLayersOnTheContainerdStore(t *testing.T) {
 		s.Info = system.Info{DockerRootDir: root, Driver: "overlayfs", DriverStatus: [][2]string{{"driver-type", "io.containerd.snapshotter.v1"}}}
 	})
 	a, b := t.TempDir(), t.TempDir()
-	writeSizedFile(t, filepath.Join(a, "f"), 256<<10)
-	writeSizedFile(t, filepath.Join(b, "f"), 512<<10)
+	fakedocker.WriteSizedFile(t, filepath.Join(a, "f"), 256<<10)
+	fakedocker.WriteSizedFile(t, filepath.Join(b, "f"), 512<<10)
 	ids := []string{e.startWithLayer(t, "a", a), e.startWithLayer(t, "b", b)}
 	var sum uint64
 	testutil.Eventually(t, "both layers measured", func() bool {

@@ -16,65 +16,6 @@ import (
 	"github.com/netshim/netshim/internal/testutil"
 )
 
-// fakeDockerRoot lays out a Docker root dir with overlay2: one image
-// layer (registered in the layer database), one layer still being pulled
-// (not registered yet), one container's writable and init layers, and
-// overlay2's "l" directory.
-type fakeDockerRoot struct {
-	root, driverDir                 string
-	imageLayer, pulling, containerL string
-}
-
-// writeSizedFile writes size bytes to path, making its directory.
-func writeSizedFile(t testing.TB, path string, size int) {
-	t.Helper()
-	writeTextFile(t, path, strings.Repeat("x", size))
-}
-
-func writeTextFile(t testing.TB, path, text string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func newFakeDockerRoot(t testing.TB) *fakeDockerRoot {
-	t.Helper()
-	r := &fakeDockerRoot{root: t.TempDir()}
-	r.driverDir = filepath.Join(r.root, "overlay2")
-	r.imageLayer = strings.Repeat("a", 64)
-	r.pulling = strings.Repeat("b", 64)
-	r.containerL = strings.Repeat("c", 64)
-	layerdb := filepath.Join(r.root, "image", "overlay2", "layerdb")
-
-	writeSizedFile(t, filepath.Join(r.driverDir, r.imageLayer, "diff", "bin", "busybox"), 64<<10)
-	// A hard link is counted once.
-	if err := os.Link(filepath.Join(r.driverDir, r.imageLayer, "diff", "bin", "busybox"), filepath.Join(r.driverDir, r.imageLayer, "diff", "bin", "sh")); err != nil {
-		t.Fatal(err)
-	}
-	writeTextFile(t, filepath.Join(layerdb, "sha256", strings.Repeat("1", 64), "cache-id"), r.imageLayer)
-	writeSizedFile(t, filepath.Join(r.driverDir, r.pulling, "diff", "partial"), 16<<10)
-
-	writeSizedFile(t, filepath.Join(r.driverDir, r.containerL, "diff", "tmp", "out"), 32<<10)
-	if err := os.MkdirAll(filepath.Join(r.driverDir, r.containerL+"-init"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	mount := filepath.Join(layerdb, "mounts", strings.Repeat("d", 64))
-	writeTextFile(t, filepath.Join(mount, "mount-id"), r.containerL)
-	writeTextFile(t, filepath.Join(mount, "init-id"), r.containerL+"-init")
-
-	if err := os.MkdirAll(filepath.Join(r.driverDir, "l"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("../"+r.imageLayer+"/diff", filepath.Join(r.driverDir, "l", "SHORTLINK")); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 func (e *testEnv) imageFsInfo(t *testing.T) *runtimeapi.ImageFsInfoResponse {
 	t.Helper()
 	resp, err := e.ds.ImageFsInfo(context.Background(), &runtimeapi.ImageFsInfoRequest{})
@@ -131,9 +72,9 @@ func (e *testEnv) setFsTTL(ttl time.Duration) {
 
 func TestImageFsInfoMeasuresImageAndContainerLayers(t *testing.T) {
 	e := newTestEnv(t)
-	r := newFakeDockerRoot(t)
+	r := fakedocker.NewRoot(t)
 	e.docker.Do(func(s *fakedocker.State) {
-		s.Info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+		s.Info = system.Info{DockerRootDir: r.Dir, Driver: "overlay2"}
 	})
 	e.setFsTTL(time.Hour)
 
@@ -141,8 +82,8 @@ func TestImageFsInfoMeasuresImageAndContainerLayers(t *testing.T) {
 	resp := e.imageFsInfo(t)
 	img, ctr := resp.ImageFilesystems[0], resp.ContainerFilesystems[0]
 	for _, u := range []*runtimeapi.FilesystemUsage{img, ctr} {
-		if u.FsId.GetMountpoint() != r.driverDir {
-			t.Errorf("mountpoint %q, want the driver dir %q (image and container layers share it)", u.FsId.GetMountpoint(), r.driverDir)
+		if u.FsId.GetMountpoint() != r.DriverDir {
+			t.Errorf("mountpoint %q, want the driver dir %q (image and container layers share it)", u.FsId.GetMountpoint(), r.DriverDir)
 		}
 		if ts := time.Unix(0, u.Timestamp); ts.Before(before.Add(-time.Second)) || ts.After(time.Now()) {
 			t.Errorf("timestamp %v is not the time of the measurement (~%v)", ts, before)
@@ -166,7 +107,7 @@ func TestImageFsInfoMeasuresImageAndContainerLayers(t *testing.T) {
 
 	// Within the TTL: the same answer, no Docker call, no walk.
 	e.docker.ResetCalls()
-	writeSizedFile(t, filepath.Join(r.driverDir, r.containerL, "diff", "tmp", "more"), 256<<10)
+	fakedocker.WriteSizedFile(t, filepath.Join(r.DriverDir, r.ContainerLayer, "diff", "tmp", "more"), 256<<10)
 	if again := e.imageFsInfo(t); again.ContainerFilesystems[0].Timestamp != ctr.Timestamp || e.docker.Count("Info") != 0 {
 		t.Errorf("second call within the TTL measured again (Info calls %d)", e.docker.Count("Info"))
 	}
@@ -175,8 +116,8 @@ func TestImageFsInfoMeasuresImageAndContainerLayers(t *testing.T) {
 	// Image layers registered in the layer database are not walked again;
 	// the layer being pulled is, and the writable layer once its last
 	// walk is old (TestImageFsInfoRemembersInitLayers: not before).
-	writeSizedFile(t, filepath.Join(r.driverDir, r.imageLayer, "diff", "unseen"), 128<<10)
-	writeSizedFile(t, filepath.Join(r.driverDir, r.pulling, "diff", "more"), 8<<10)
+	fakedocker.WriteSizedFile(t, filepath.Join(r.DriverDir, r.ImageLayer, "diff", "unseen"), 128<<10)
+	fakedocker.WriteSizedFile(t, filepath.Join(r.DriverDir, r.Pulling, "diff", "more"), 8<<10)
 	e.ageWritableLayers(writableRemeasure)
 	e.setFsTTL(time.Nanosecond)
 	if stale := e.imageFsInfo(t); stale.ContainerFilesystems[0].Timestamp != ctr.Timestamp {
@@ -246,32 +187,14 @@ func TestImageFsInfoFailsWithoutDockerInfo(t *testing.T) {
 	}
 }
 
-// addContainerLayers adds a container's writable and init layers, and its
-// entry in the layer database, the way Docker's create does; the init
-// layer holds the files Docker puts in every container.
-func (r *fakeDockerRoot) addContainerLayers(t testing.TB, container, mountID string) {
-	t.Helper()
-	for _, f := range []string{"etc/hosts", "etc/hostname", "etc/resolv.conf", ".dockerenv", "dev/console"} {
-		writeTextFile(t, filepath.Join(r.driverDir, mountID+"-init", "diff", f), "x")
-	}
-	for _, d := range []string{filepath.Join(mountID, "diff"), filepath.Join(mountID, "work", "work")} {
-		if err := os.MkdirAll(filepath.Join(r.driverDir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mount := filepath.Join(r.root, "image", "overlay2", "layerdb", "mounts", container)
-	writeTextFile(t, filepath.Join(mount, "mount-id"), mountID)
-	writeTextFile(t, filepath.Join(mount, "init-id"), mountID+"-init")
-}
-
 // An init layer is written once at create: it is walked once, like an
 // image layer, while the writable layer is walked every time; a new
 // container's layers are measured at once, a removed one's forgotten.
 func TestImageFsInfoRemembersInitLayers(t *testing.T) {
 	e := newTestEnv(t)
-	r := newFakeDockerRoot(t)
+	r := fakedocker.NewRoot(t)
 	e.docker.Do(func(s *fakedocker.State) {
-		s.Info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+		s.Info = system.Info{DockerRootDir: r.Dir, Driver: "overlay2"}
 	})
 	e.setFsTTL(time.Hour)
 	first := e.imageFsInfo(t).ContainerFilesystems[0].InodesUsed.GetValue()
@@ -287,8 +210,8 @@ func TestImageFsInfoRemembersInitLayers(t *testing.T) {
 	// Nothing writes to an init layer after create; were it walked
 	// again, this file would count. The writable layer's new file counts
 	// once its last walk is writableRemeasure old.
-	writeTextFile(t, filepath.Join(r.driverDir, r.containerL+"-init", "never-written-by-docker"), "x")
-	writeTextFile(t, filepath.Join(r.driverDir, r.containerL, "diff", "tmp", "new"), "x")
+	fakedocker.WriteTextFile(t, filepath.Join(r.DriverDir, r.ContainerLayer+"-init", "never-written-by-docker"), "x")
+	fakedocker.WriteTextFile(t, filepath.Join(r.DriverDir, r.ContainerLayer, "diff", "tmp", "new"), "x")
 	if got := refresh(); got != first {
 		t.Errorf("container fs inodes %d, want %d (the writable layer walked %v ago, remembered)", got, first, writableRemeasure)
 	}
@@ -299,15 +222,15 @@ func TestImageFsInfoRemembersInitLayers(t *testing.T) {
 
 	// A new container: layer dir, diff, work, work/work = 4; init layer
 	// dir, diff, etc, 3 files in etc, dev, dev/console, .dockerenv = 9.
-	r.addContainerLayers(t, strings.Repeat("e", 64), strings.Repeat("f", 64))
+	r.AddContainerLayers(t, strings.Repeat("e", 64), strings.Repeat("f", 64))
 	if got := refresh(); got != first+1+4+9 {
 		t.Errorf("container fs inodes with a second container %d, want %d", got, first+1+4+9)
 	}
 
 	// The first container removed: its layers and layer database entry go.
 	for _, p := range []string{
-		filepath.Join(r.driverDir, r.containerL), filepath.Join(r.driverDir, r.containerL+"-init"),
-		filepath.Join(r.root, "image", "overlay2", "layerdb", "mounts", strings.Repeat("d", 64)),
+		filepath.Join(r.DriverDir, r.ContainerLayer), filepath.Join(r.DriverDir, r.ContainerLayer+"-init"),
+		filepath.Join(r.Dir, "image", "overlay2", "layerdb", "mounts", strings.Repeat("d", 64)),
 	} {
 		if err := os.RemoveAll(p); err != nil {
 			t.Fatal(err)
@@ -318,9 +241,9 @@ func TestImageFsInfoRemembersInitLayers(t *testing.T) {
 	}
 	c := &e.ds.imageState().fs
 	c.mu.Lock()
-	_, kept := c.memo.layers[r.containerL+"-init"]
+	_, kept := c.memo.layers[r.ContainerLayer+"-init"]
 	nIDs := len(c.memo.ids)
-	_, walkedKept := c.memo.writable[r.containerL]
+	_, walkedKept := c.memo.writable[r.ContainerLayer]
 	nWritable := len(c.memo.writable)
 	c.mu.Unlock()
 	if walkedKept || nWritable != 1 {
@@ -339,9 +262,9 @@ func TestImageFsInfoRemembersInitLayers(t *testing.T) {
 // time, not remembered half.
 func TestReadLayerIDsRemembersOnlyWholeEntries(t *testing.T) {
 	dir := t.TempDir()
-	writeTextFile(t, filepath.Join(dir, "c1", "mount-id"), "m1")
-	writeTextFile(t, filepath.Join(dir, "c1", "init-id"), "m1-init")
-	writeTextFile(t, filepath.Join(dir, "c2", "mount-id"), "m2")
+	fakedocker.WriteTextFile(t, filepath.Join(dir, "c1", "mount-id"), "m1")
+	fakedocker.WriteTextFile(t, filepath.Join(dir, "c1", "init-id"), "m1-init")
+	fakedocker.WriteTextFile(t, filepath.Join(dir, "c2", "mount-id"), "m2")
 	learned := map[string][]string{}
 	got := readLayerIDs(dir, nil, learned, "mount-id", "init-id")
 	want := map[string]string{"m1": "mount-id", "m1-init": "init-id", "m2": "mount-id"}
@@ -359,8 +282,8 @@ func TestReadLayerIDsRemembersOnlyWholeEntries(t *testing.T) {
 
 	// Next time: c1 comes from what was learned (its files are not read:
 	// changing them changes nothing), c2 is read again, now whole.
-	writeTextFile(t, filepath.Join(dir, "c1", "mount-id"), "changed")
-	writeTextFile(t, filepath.Join(dir, "c2", "init-id"), "m2-init")
+	fakedocker.WriteTextFile(t, filepath.Join(dir, "c1", "mount-id"), "changed")
+	fakedocker.WriteTextFile(t, filepath.Join(dir, "c2", "init-id"), "m2-init")
 	again := map[string][]string{}
 	got = readLayerIDs(dir, learned, again, "mount-id", "init-id")
 	if got["m1"] != "mount-id" || got["changed"] != "" || got["m2-init"] != "init-id" || len(again) != 2 {
@@ -378,12 +301,12 @@ func TestReadLayerIDsRemembersOnlyWholeEntries(t *testing.T) {
 // refresh, 0.42 ms now).
 func BenchmarkImageFsMeasure(b *testing.B) {
 	e := newTestEnv(b)
-	r := newFakeDockerRoot(b)
+	r := fakedocker.NewRoot(b)
 	for i := range 2 * statsBenchPods {
-		r.addContainerLayers(b, fmt.Sprintf("%064d", i), fmt.Sprintf("%063dm", i))
+		r.AddContainerLayers(b, fmt.Sprintf("%064d", i), fmt.Sprintf("%063dm", i))
 	}
 	e.docker.Do(func(s *fakedocker.State) {
-		s.Info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+		s.Info = system.Info{DockerRootDir: r.Dir, Driver: "overlay2"}
 	})
 	ctx := context.Background()
 	b.Run("first", func(b *testing.B) {
@@ -411,9 +334,9 @@ func BenchmarkImageFsMeasure(b *testing.B) {
 // refresh.
 func TestImageFsInfoReadsStorageSettingsOncePerEngineSession(t *testing.T) {
 	e := newTestEnv(t)
-	r := newFakeDockerRoot(t)
+	r := fakedocker.NewRoot(t)
 	e.docker.Do(func(s *fakedocker.State) {
-		s.Info = system.Info{DockerRootDir: r.root, Driver: "overlay2"}
+		s.Info = system.Info{DockerRootDir: r.Dir, Driver: "overlay2"}
 	})
 	refresh := func() *runtimeapi.ImageFsInfoResponse {
 		t.Helper()
@@ -430,13 +353,13 @@ func TestImageFsInfoReadsStorageSettingsOncePerEngineSession(t *testing.T) {
 
 	// dockerd restarted with another root: the new stream's sync makes
 	// the next measurement read the settings again.
-	moved := newFakeDockerRoot(t)
+	moved := fakedocker.NewRoot(t)
 	e.docker.Do(func(s *fakedocker.State) {
-		s.Info = system.Info{DockerRootDir: moved.root, Driver: "overlay2"}
+		s.Info = system.Info{DockerRootDir: moved.Dir, Driver: "overlay2"}
 	})
 	e.ds.onIndexSync(context.Background())
-	if mp := refresh().ImageFilesystems[0].FsId.GetMountpoint(); mp != moved.driverDir {
-		t.Errorf("after a new engine session: mountpoint %q, want the new root's %q", mp, moved.driverDir)
+	if mp := refresh().ImageFilesystems[0].FsId.GetMountpoint(); mp != moved.DriverDir {
+		t.Errorf("after a new engine session: mountpoint %q, want the new root's %q", mp, moved.DriverDir)
 	}
 	if n := e.docker.Count("Info"); n != 2 {
 		t.Errorf("Info asked %d times, want 2", n)
