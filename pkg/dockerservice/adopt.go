@@ -13,6 +13,7 @@ import (
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/cridockerd"
+	"github.com/netshim/netshim/pkg/dockerservice/images"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
@@ -230,19 +231,12 @@ func (ds *DockerService) removeCRIDockerdCheckpoint(ctx context.Context, id stri
 	}
 }
 
-// adoptedImage is how cri-dockerd named an image in ContainerStatus: its
-// first tag, and "docker-pullable://" with its first repo digest, else
-// "docker://" with its ID. Its containers were created with the image's
-// ID, which is all Docker keeps; without this, kubelet would show the ID
-// as the pods' image after the take-over.
-type adoptedImage struct {
-	name, ref string
-}
-
 // nameAdoptedImages looks up, once, the images of the adopted containers
-// (one inspect per image, at start-up, never on a poll).
+// (one inspect per image, at start-up, never on a poll), and hands their
+// names (images.AdoptedImage: how cri-dockerd named them) to the images
+// service.
 func (ds *DockerService) nameAdoptedImages(ctx context.Context) {
-	names := map[string]adoptedImage{}
+	names := map[string]images.AdoptedImage{}
 	for _, rec := range ds.store().List(store.KindContainer) {
 		if !rec.ContainerInfo().Adopted || rec.ImageID == "" {
 			continue
@@ -255,19 +249,19 @@ func (ds *DockerService) nameAdoptedImages(ctx context.Context) {
 		cancel()
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Cannot inspect the image of an adopted container; ContainerStatus reports its ID", "containerID", rec.ID, "image", rec.ImageID)
-			names[rec.ImageID] = adoptedImage{}
+			names[rec.ImageID] = images.AdoptedImage{}
 			continue
 		}
-		n := adoptedImage{name: rec.ImageID, ref: "docker://" + img.ID}
+		n := images.AdoptedImage{Name: rec.ImageID, Ref: "docker://" + img.ID}
 		if len(img.RepoTags) > 0 {
-			n.name = img.RepoTags[0]
+			n.Name = img.RepoTags[0]
 		}
 		if len(img.RepoDigests) > 0 {
-			n.ref = "docker-pullable://" + img.RepoDigests[0]
+			n.Ref = "docker-pullable://" + img.RepoDigests[0]
 		}
 		names[rec.ImageID] = n
 	}
-	ds.images.adopted.Store(&names)
+	ds.images.SetAdopted(names)
 }
 
 // adoptedImageOf is what ContainerStatus reports as an adopted
@@ -277,12 +271,9 @@ func (ds *DockerService) adoptedImageOf(rec *store.Record, info *labelcodec.Cont
 	if !info.Adopted {
 		return nil, "", false
 	}
-	var n adoptedImage
-	if names := ds.images.adopted.Load(); names != nil {
-		n = (*names)[rec.ImageID]
-	}
-	if n.name == "" {
+	n := ds.images.Adopted(rec.ImageID)
+	if n.Name == "" {
 		return nil, "", false
 	}
-	return &runtimeapi.ImageSpec{Image: n.name}, n.ref, true
+	return &runtimeapi.ImageSpec{Image: n.Name}, n.Ref, true
 }

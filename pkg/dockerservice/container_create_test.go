@@ -6,6 +6,15 @@ import (
 	"github.com/docker/docker/api/types/image"
 )
 
+// Image IDs of the engines recorded in pkg/dockerservice/images'
+// status_test.go: the busybox as Docker 20.10 imported it and pulled it
+// back from a registry, and its manifest digest (its ID on Docker 29).
+const (
+	d20BusyboxID    = "sha256:bfa38246f50d2f09014881d428aa1e2e2cece40ea17425226a77c42d06b9b99f"
+	d20RegistryID   = "sha256:8072f9ca6963fa1435a875cdfd3cedebc5a0c4a8d5afc521b0ef9a9e9081f5be"
+	busyboxManifest = "sha256:40f1004005db787a32eb15452ca0e6ac44375a5dc534b931d285634d4c0623d0"
+)
+
 // The image ref a container reports is the same on both engines and in
 // the form ListImages gives digests, whichever name the container asked
 // for its image by.

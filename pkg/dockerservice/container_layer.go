@@ -233,9 +233,9 @@ func (l *layerUsage) refreshMountpoint(ctx context.Context) {
 }
 
 // containerFsMountpoint is the mountpoint ImageFsInfo reports for the
-// container filesystem (image_fsinfo.go): the graph driver's directory,
-// or Docker's root dir on the containerd image store and for a driver
-// without a directory. Writable layers report the same, so that kubelet
+// container filesystem (pkg/dockerservice/images, fsinfo.go): the graph
+// driver's directory, or Docker's root dir on the containerd image store
+// and for a driver without a directory. Writable layers report the same, so that kubelet
 // sees them on the filesystem it knows (it reads capacity and free space
 // there).
 func containerFsMountpoint(info system.Info) string {

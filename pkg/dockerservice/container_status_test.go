@@ -14,7 +14,7 @@ func TestContainerImageIDMatchesTheImageService(t *testing.T) {
 	e := newPodEnv(t)
 	ctx := context.Background()
 	id := e.create(t, ctrConfig("img"))
-	img, err := e.ds.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: testImage}})
+	img, err := e.ds.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: testImage}})
 	if err != nil {
 		t.Fatal(err)
 	}

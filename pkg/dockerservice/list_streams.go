@@ -84,15 +84,3 @@ func (ds *DockerService) StreamPodSandboxMetrics(_ *runtimeapi.StreamPodSandboxM
 		return stream.Send(&runtimeapi.StreamPodSandboxMetricsResponse{PodSandboxMetrics: items})
 	})
 }
-
-// StreamImages is ListImages as a stream.
-func (ds *DockerService) StreamImages(r *runtimeapi.StreamImagesRequest, stream runtimeapi.ImageService_StreamImagesServer) error {
-	ctx := stream.Context()
-	resp, err := ds.ListImages(ctx, &runtimeapi.ListImagesRequest{Filter: r.GetFilter()})
-	if err != nil {
-		return err
-	}
-	return crirpc.SendChunked(ctx, resp.GetImages(), func(items []*runtimeapi.Image) error {
-		return stream.Send(&runtimeapi.StreamImagesResponse{Images: items})
-	})
-}

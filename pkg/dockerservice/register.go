@@ -5,10 +5,11 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Register serves both CRI services from ds on s. RPCs not implemented yet
-// answer codes.Unimplemented naming the method (the embedded
+// Register serves both CRI services on s: the RuntimeService from ds, the
+// ImageService from its images service. RPCs not implemented yet answer
+// codes.Unimplemented naming the method (the embedded
 // Unimplemented*Server types do that).
 func (ds *DockerService) Register(s *grpc.Server) {
 	runtimeapi.RegisterRuntimeServiceServer(s, ds)
-	runtimeapi.RegisterImageServiceServer(s, ds)
+	runtimeapi.RegisterImageServiceServer(s, ds.images)
 }

@@ -25,7 +25,7 @@ type infraSandboxes struct{ ds *DockerService }
 // dockerConfig makes sure the pause image is present and maps the
 // request to the infra container's Docker config.
 func (c infraSandboxes) dockerConfig(ctx context.Context, req *sandboxRequest) (*container.Config, *container.HostConfig, error) {
-	if err := c.ds.ensureImage(ctx, c.ds.cfg.PodInfraImage); err != nil {
+	if err := c.ds.images.EnsurePresent(ctx, c.ds.cfg.PodInfraImage); err != nil {
 		return nil, nil, err
 	}
 	req.timer.step("image")
@@ -50,8 +50,8 @@ func (c infraSandboxes) create(ctx context.Context, req *sandboxRequest, config 
 	created, err := ds.createOwned(ctx, config, hostConfig, req.name, nil)
 	if errdefs.IsNotFound(err) {
 		// The image went away behind our back: pull it and try once more.
-		ds.forgetImage(image)
-		if err = ds.ensureImage(ctx, image); err == nil {
+		ds.images.ForgetPresent(image)
+		if err = ds.images.EnsurePresent(ctx, image); err == nil {
 			created, err = ds.createOwned(ctx, config, hostConfig, req.name, nil)
 		}
 	}

@@ -1,6 +1,7 @@
-// Package dockerservice implements the CRI RuntimeService and ImageService
-// on top of a Docker engine, with pod networking delegated to a
-// network.NetworkPlugin through a network.PluginManager.
+// Package dockerservice implements the CRI RuntimeService on top of a
+// Docker engine, with pod networking delegated to a network.NetworkPlugin
+// through a network.PluginManager, and serves the CRI ImageService of
+// pkg/dockerservice/images beside it (register.go).
 //
 // Each RPC family lives in its own file named after it (sandbox_run.go,
 // sandbox_stop.go, ...); logging and error-to-status mapping live in
@@ -18,6 +19,7 @@ import (
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/engine"
+	"github.com/netshim/netshim/pkg/dockerservice/images"
 	"github.com/netshim/netshim/pkg/dockerservice/index"
 	"github.com/netshim/netshim/pkg/dockerservice/podstate"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
@@ -30,6 +32,10 @@ import (
 
 	"github.com/netshim/netshim/pkg/dockerservice/events"
 )
+
+// DefaultImagePullProgressDeadline is how long a pull may go without a
+// progress message before it is cancelled (images.DefaultPullProgressDeadline).
+const DefaultImagePullProgressDeadline = images.DefaultPullProgressDeadline
 
 // Config holds the settings of a DockerService.
 type Config struct {
@@ -72,7 +78,6 @@ type Config struct {
 // DockerService implements the CRI on Docker.
 type DockerService struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
-	runtimeapi.UnimplementedImageServiceServer
 
 	cfg     Config
 	network *network.PluginManager
@@ -83,9 +88,10 @@ type DockerService struct {
 	// containers is the workload containers' own state: log followers,
 	// the exec killer, the cached cgroup driver (container_runtime.go).
 	containers *containerRuntime
-	// images caches what ListImages and ImageFsInfo would otherwise ask
-	// Docker for on every poll (image_state.go).
-	images imageState
+	// images is the CRI ImageService, registered on its own; the
+	// sandbox modes ask it for the pause image (sandbox_infra.go) and
+	// adoption for the adopted images' names (pkg/dockerservice/images).
+	images *images.Service
 	// engine is the Docker engine: its client, and what netshim knows
 	// of it: its version, the negotiated API version, its runtimes
 	// (pkg/dockerservice/engine).
@@ -153,6 +159,11 @@ func NewDockerService(cfg Config, client engine.Client, checkpoints *checkpoint.
 	ds.containers.oom.floor = cfg.OOMScoreAdjFloor
 	ds.containers.layers = newLayerUsage(client.Info, ds.store(), cfg.LayerUsage)
 	ds.containers.stats = stats.New(stats.Options{WritableLayer: ds.containers.layers.writableLayer})
+	ds.images = images.New(ds.engine, images.Options{
+		PodInfraImage:        cfg.PodInfraImage,
+		PullProgressDeadline: cfg.ImagePullProgressDeadline,
+		WritableLayerBytes:   ds.containers.layers.m.TotalBytes,
+	})
 	ds.events = events.New(eventSource{ds})
 	ds.store().OnChange(ds.events.Touch)
 	cfg.Metrics.SetStateCounts(ds.countByState) // metrics.go

@@ -92,7 +92,7 @@ func (ds *DockerService) beforeIndexSynced(ctx context.Context) {
 // has synced the index; ctx ends with that stream.
 func (ds *DockerService) onIndexSync(ctx context.Context) {
 	// A new stream may be a new dockerd: what was read of the old one's
-	// settings is read again (image_fsinfo.go).
+	// settings is read again (pkg/dockerservice/images, fsinfo.go).
 	ds.engine.NextSession()
 	ds.refreshVersion(ctx)
 	nctx, cancel := context.WithTimeout(ctx, versionTimeout)

@@ -1,29 +1,14 @@
-package dockerservice
+package images
 
 import (
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 )
-
-// imageState is what the ImageService keeps between calls: what
-// ListImages needs of images beyond Docker's list, by ID, the image
-// filesystem usage cache, and the images known to be present. Each part
-// has its own lock: they change apart.
-type imageState struct {
-	users   userCache
-	fs      fsUsageCache
-	present presentImages
-	// adopted names the images of containers taken over from
-	// cri-dockerd, by image ID: set once after the first sync, read by
-	// ContainerStatus (adopt.go).
-	adopted atomic.Pointer[map[string]adoptedImage]
-}
 
 // presentImages remembers the images known to exist locally, by the
 // reference their users gave, so that the pause image costs no Docker
-// call per sandbox (image_ensure.go).
+// call per sandbox (ensure.go).
 type presentImages struct {
 	mu   sync.Mutex
 	refs map[string]bool
@@ -82,8 +67,6 @@ type cachedImage struct {
 	tags, digests []string
 	listed        string
 }
-
-func (ds *DockerService) imageState() *imageState { return &ds.images }
 
 // userCache remembers what ImageInspect said of images, by ID. An image's
 // config never changes under the same ID, nor do its layers for the

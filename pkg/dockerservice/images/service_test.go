@@ -1,4 +1,4 @@
-package dockerservice
+package images
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func imgSpec(s string) *runtimeapi.ImageSpec { return &runtimeapi.ImageSpec{Imag
 
 func (e *testEnv) imageStatus(t *testing.T, spec string) *runtimeapi.Image {
 	t.Helper()
-	resp, err := e.ds.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: imgSpec(spec)})
+	resp, err := e.svc.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: imgSpec(spec)})
 	if err != nil {
 		t.Fatalf("ImageStatus %q: %v", spec, err)
 	}
@@ -44,7 +44,7 @@ func (e *testEnv) listImages(t *testing.T, filter string) []*runtimeapi.Image {
 	if filter != "" {
 		req.Filter = &runtimeapi.ImageFilter{Image: imgSpec(filter)}
 	}
-	resp, err := e.ds.ListImages(context.Background(), req)
+	resp, err := e.svc.ListImages(context.Background(), req)
 	if err != nil {
 		t.Fatalf("ListImages %q: %v", filter, err)
 	}
@@ -52,15 +52,15 @@ func (e *testEnv) listImages(t *testing.T, filter string) []*runtimeapi.Image {
 }
 
 // presentImages lists the references remembered as present, for messages.
-func (e *testEnv) presentImages() []string { return e.ds.images.present.list() }
+func (e *testEnv) presentImages() []string { return e.svc.present.list() }
 
 func (e *testEnv) imageRemembered(ref string) bool {
-	return e.ds.images.present.has(ref)
+	return e.svc.present.has(ref)
 }
 
 func TestPullImageNormalisesAndReturnsImageID(t *testing.T) {
 	e := newTestEnv(t)
-	resp, err := e.ds.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: imgSpec("busybox")})
+	resp, err := e.svc.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: imgSpec("busybox")})
 	if err != nil {
 		t.Fatalf("PullImage: %v", err)
 	}
@@ -77,10 +77,10 @@ func TestPullImageNormalisesAndReturnsImageID(t *testing.T) {
 	if !e.imageRemembered("busybox") || !e.imageRemembered(full) {
 		t.Errorf("pulled image not remembered as present under its spec and normalised name: %v", e.presentImages())
 	}
-	// ensureImage trusts the mark: no Docker call.
+	// EnsurePresent trusts the mark: no Docker call.
 	e.docker.ResetCalls()
-	if err := e.ds.ensureImage(context.Background(), full); err != nil || len(e.docker.Calls()) != 0 {
-		t.Errorf("ensureImage after PullImage: err %v, calls %v; want no Docker call", err, e.docker.Calls())
+	if err := e.svc.EnsurePresent(context.Background(), full); err != nil || len(e.docker.Calls()) != 0 {
+		t.Errorf("EnsurePresent after PullImage: err %v, calls %v; want no Docker call", err, e.docker.Calls())
 	}
 	// The returned ref is what ImageStatus and ListImages report as ID.
 	if st := e.imageStatus(t, "busybox"); st == nil || st.Id != resp.ImageRef {
@@ -93,7 +93,7 @@ func TestPullImageNormalisesAndReturnsImageID(t *testing.T) {
 
 func TestPullImageSendsCredentials(t *testing.T) {
 	e := newTestEnv(t)
-	_, err := e.ds.PullImage(context.Background(), &runtimeapi.PullImageRequest{
+	_, err := e.svc.PullImage(context.Background(), &runtimeapi.PullImageRequest{
 		Image: imgSpec("127.0.0.1:5000/test/busybox:1"),
 		Auth:  &runtimeapi.AuthConfig{Username: "alice", Password: "pw"},
 	})
@@ -112,7 +112,7 @@ func TestPullImageErrors(t *testing.T) {
 	e.docker.Do(func(s *fakedocker.State) {
 		s.PullErrs[ref] = "Head http://127.0.0.1:5000/v2/private/app/manifests/1: no basic auth credentials"
 	})
-	_, err := e.ds.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: imgSpec(ref)})
+	_, err := e.svc.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: imgSpec(ref)})
 	if err == nil || !strings.Contains(err.Error(), "no basic auth credentials") {
 		t.Errorf("PullImage of a failing pull: err %v, want the stream's error", err)
 	}
@@ -121,12 +121,12 @@ func TestPullImageErrors(t *testing.T) {
 	}
 
 	for _, spec := range []string{"", "Not/Valid", fakeImageID("x")} {
-		_, err := e.ds.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: imgSpec(spec)})
+		_, err := e.svc.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: imgSpec(spec)})
 		if codeOf(err) != codes.InvalidArgument {
 			t.Errorf("PullImage %q: err %v, want InvalidArgument", spec, err)
 		}
 	}
-	_, err = e.ds.PullImage(context.Background(), &runtimeapi.PullImageRequest{})
+	_, err = e.svc.PullImage(context.Background(), &runtimeapi.PullImageRequest{})
 	if codeOf(err) != codes.InvalidArgument {
 		t.Errorf("PullImage with no image spec: err %v, want InvalidArgument", err)
 	}
@@ -134,7 +134,7 @@ func TestPullImageErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
 	defer cancel()
 	<-ctx.Done()
-	_, err = e.ds.PullImage(ctx, &runtimeapi.PullImageRequest{Image: imgSpec("busybox")})
+	_, err = e.svc.PullImage(ctx, &runtimeapi.PullImageRequest{Image: imgSpec("busybox")})
 	if codeOf(err) != codes.DeadlineExceeded {
 		t.Errorf("PullImage past its deadline: err %v (code %v), want DeadlineExceeded", err, codeOf(err))
 	}
@@ -143,7 +143,7 @@ func TestPullImageErrors(t *testing.T) {
 func TestImageStatusOfMissingImageIsNilNotError(t *testing.T) {
 	e := newTestEnv(t)
 	for _, spec := range []string{"busybox", "docker.io/library/nothere:1", fakeImageID("none"), "abcdef012345"} {
-		resp, err := e.ds.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: imgSpec(spec), Verbose: true})
+		resp, err := e.svc.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: imgSpec(spec), Verbose: true})
 		if err != nil {
 			t.Errorf("ImageStatus %q: %v, want no error", spec, err)
 			continue
@@ -153,7 +153,7 @@ func TestImageStatusOfMissingImageIsNilNotError(t *testing.T) {
 		}
 	}
 	for _, spec := range []string{"", "UPPER"} {
-		_, err := e.ds.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: imgSpec(spec)})
+		_, err := e.svc.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: imgSpec(spec)})
 		if codeOf(err) != codes.InvalidArgument {
 			t.Errorf("ImageStatus %q: err %v, want InvalidArgument", spec, err)
 		}
@@ -186,7 +186,7 @@ func TestImageStatusFields(t *testing.T) {
 		}
 	}
 
-	resp, err := e.ds.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: imgSpec(id), Verbose: true})
+	resp, err := e.svc.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: imgSpec(id), Verbose: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestListImagesFilter(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"UPPER", "sha256:zz", "a b"} {
-		_, err := e.ds.ListImages(context.Background(), &runtimeapi.ListImagesRequest{Filter: &runtimeapi.ImageFilter{Image: imgSpec(bad)}})
+		_, err := e.svc.ListImages(context.Background(), &runtimeapi.ListImagesRequest{Filter: &runtimeapi.ImageFilter{Image: imgSpec(bad)}})
 		if codeOf(err) != codes.InvalidArgument {
 			t.Errorf("ListImages filter %q: err %v, want InvalidArgument", bad, err)
 		}
@@ -304,9 +304,9 @@ func TestRemoveImageRemovesAllTagsAndIsIdempotent(t *testing.T) {
 	id := fakeImageID("multi")
 	refs := []string{"docker.io/library/busybox:latest", "docker.io/library/busybox:1.36", "quay.io/x/app:v1", "docker.io/library/busybox@" + testDigest}
 	e.docker.AddImage(fakedocker.Image{ID: id}, refs...)
-	e.ds.markImagePresent("busybox", "quay.io/x/app:v1", testPauseImage)
+	e.svc.markPresent("busybox", "quay.io/x/app:v1", testPauseImage)
 
-	if _, err := e.ds.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec(id)}); err != nil {
+	if _, err := e.svc.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec(id)}); err != nil {
 		t.Fatalf("RemoveImage by ID: %v", err)
 	}
 	for _, r := range refs {
@@ -325,11 +325,11 @@ func TestRemoveImageRemovesAllTagsAndIsIdempotent(t *testing.T) {
 	}
 	// Again, and for images that never existed: success.
 	for _, spec := range []string{id, "busybox", "nothere:1", id[7:19]} {
-		if _, err := e.ds.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec(spec)}); err != nil {
+		if _, err := e.svc.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec(spec)}); err != nil {
 			t.Errorf("RemoveImage %q of a missing image: %v, want success", spec, err)
 		}
 	}
-	if _, err := e.ds.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec("")}); codeOf(err) != codes.InvalidArgument {
+	if _, err := e.svc.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec("")}); codeOf(err) != codes.InvalidArgument {
 		t.Errorf("RemoveImage with an empty spec: err %v, want InvalidArgument", err)
 	}
 }
@@ -338,7 +338,7 @@ func TestRemoveImageByTagRemovesTheImage(t *testing.T) {
 	e := newTestEnv(t)
 	id := fakeImageID("t")
 	e.docker.AddImage(fakedocker.Image{ID: id}, "docker.io/library/busybox:latest", "docker.io/library/busybox:2")
-	if _, err := e.ds.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec("busybox")}); err != nil {
+	if _, err := e.svc.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec("busybox")}); err != nil {
 		t.Fatalf("RemoveImage by tag: %v", err)
 	}
 	if e.docker.HasImageRef("docker.io/library/busybox:2") {
@@ -353,7 +353,7 @@ func TestRemoveImageInUseFails(t *testing.T) {
 	if _, err := e.docker.ContainerCreate(context.Background(), &container.Config{Image: "docker.io/library/busybox:latest"}, &container.HostConfig{}, nil, nil, "user"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.ds.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec(id)})
+	_, err := e.svc.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: imgSpec(id)})
 	if codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "is using") {
 		t.Errorf("RemoveImage of an image in use: err %v (code %v), want FailedPrecondition naming the container", err, codeOf(err))
 	}

@@ -1,4 +1,4 @@
-package dockerservice
+package images
 
 import (
 	"context"
@@ -55,8 +55,8 @@ import (
 // in the background (kubelet polls this often and must never wait for a
 // walk). Only the very first call waits. Timestamps say when a result was
 // measured.
-func (ds *DockerService) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
-	st, err := ds.imageState().fs.get(ctx, ds.measureFsUsage)
+func (s *Service) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	st, err := s.fs.get(ctx, s.measureFsUsage)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ type fsUsageCache struct {
 // settings, and in a driver directory what never changes once written.
 type fsMemo struct {
 	// storage is Docker's storage settings, read from its Info in the
-	// engine session engine (DockerService.engine.Session): they change
+	// engine session engine (Engine.Session): they change
 	// only with a restart of dockerd, which ends the events stream and
 	// so the session.
 	storage storageSettings
@@ -193,7 +193,7 @@ func (c *fsUsageCache) startLocked(ctx context.Context, measure measureFunc) {
 	// It has no deadline: a walk that hangs (a stuck filesystem) blocks
 	// only itself, never starts again on top of itself, and callers keep
 	// the last measurement meanwhile.
-	bg := backgroundCtx(ctx)
+	bg := context.WithoutCancel(ctx)
 	go func() {
 		stats, newMemo, err := measure(bg, memo)
 		c.mu.Lock()
@@ -219,11 +219,11 @@ type storageSettings struct {
 
 // storageSettings reads Docker's storage settings, or takes them from memo
 // when they were read in engine session session, the current one.
-func (ds *DockerService) storageSettings(ctx context.Context, memo *fsMemo, session uint64) (storageSettings, error) {
+func (s *Service) storageSettings(ctx context.Context, memo *fsMemo, session uint64) (storageSettings, error) {
 	if memo != nil && memo.storage.rootDir != "" && memo.engine == session {
 		return memo.storage, nil
 	}
-	info, err := ds.engine.Info(ctx)
+	info, err := s.engine.Info(ctx)
 	if err != nil {
 		return storageSettings{}, fmt.Errorf("reading Docker's storage settings: %w", err)
 	}
@@ -235,18 +235,18 @@ func (ds *DockerService) storageSettings(ctx context.Context, memo *fsMemo, sess
 
 // measureFsUsage measures Docker's storage. memo is the previous
 // measurement's (read-only here, nil for none); the new one is returned.
-func (ds *DockerService) measureFsUsage(ctx context.Context, memo *fsMemo) (*fsStats, *fsMemo, error) {
+func (s *Service) measureFsUsage(ctx context.Context, memo *fsMemo) (*fsStats, *fsMemo, error) {
 	// The session is read before the settings: if it ends meanwhile,
 	// the next measurement reads them again.
-	session := ds.engine.Session()
-	settings, err := ds.storageSettings(ctx, memo, session)
+	session := s.engine.Session()
+	settings, err := s.storageSettings(ctx, memo, session)
 	if err != nil {
 		return nil, nil, err
 	}
 	next := &fsMemo{storage: settings, engine: session}
 	at := time.Now()
 	if settings.containerdStore {
-		st, err := ds.measureContainerdStore(ctx, settings.rootDir, at)
+		st, err := s.measureContainerdStore(ctx, settings.rootDir, at)
 		return st, next, err
 	}
 	driverDir := filepath.Join(settings.rootDir, settings.driver)
@@ -370,10 +370,10 @@ func readLayerIDs(dir string, known, learned map[string][]string, files ...strin
 // no walk), inodes are unknown, and the mountpoint is Docker's root dir,
 // on the same filesystem as containerd's root on a standard node (/var).
 // The container filesystem's usage is the sum of the writable layers last
-// measured in the background for ContainerStats (container_layer.go): no
-// walk here.
-func (ds *DockerService) measureContainerdStore(ctx context.Context, rootDir string, at time.Time) (*fsStats, error) {
-	du, err := ds.engine.DiskUsage(ctx, types.DiskUsageOptions{Types: []types.DiskUsageObject{types.ImageObject}})
+// measured in the background for ContainerStats (Options.WritableLayerBytes:
+// pkg/dockerservice's container_layer.go): no walk here.
+func (s *Service) measureContainerdStore(ctx context.Context, rootDir string, at time.Time) (*fsStats, error) {
+	du, err := s.engine.DiskUsage(ctx, types.DiskUsageOptions{Types: []types.DiskUsageObject{types.ImageObject}})
 	if err != nil {
 		return nil, fmt.Errorf("asking Docker for the image store's disk usage: %w", err)
 	}
@@ -381,7 +381,7 @@ func (ds *DockerService) measureContainerdStore(ctx context.Context, rootDir str
 		at:            at,
 		mountpoint:    rootDir,
 		images:        fsUsage{bytes: uint64(max(du.LayersSize, 0))},
-		containers:    fsUsage{bytes: ds.containers.layers.m.TotalBytes()},
+		containers:    fsUsage{bytes: s.writableLayerBytes()},
 		inodesUnknown: true,
 	}, nil
 }

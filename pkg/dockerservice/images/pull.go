@@ -1,4 +1,4 @@
-package dockerservice
+package images
 
 import (
 	"context"
@@ -22,9 +22,9 @@ import (
 // it. containerd returns the ID too.
 //
 // The spec is normalised first ("busybox" → "docker.io/library/busybox:latest").
-// The image is then remembered as present for ensureImage, under the spec as
+// The image is then remembered as present for EnsurePresent, under the spec as
 // given and normalised.
-func (ds *DockerService) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+func (s *Service) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	spec := req.GetImage().GetImage()
 	named, err := imageref.PullRef(spec)
 	if err != nil {
@@ -35,14 +35,14 @@ func (ds *DockerService) PullImage(ctx context.Context, req *runtimeapi.PullImag
 		return nil, err
 	}
 	ref := named.String()
-	if err := ds.pullImage(ctx, ref, auth); err != nil {
+	if err := s.pull(ctx, ref, auth); err != nil {
 		return nil, err
 	}
-	ins, err := ds.engine.ImageInspect(ctx, ref)
+	ins, err := s.engine.ImageInspect(ctx, ref)
 	if err != nil {
 		return nil, fmt.Errorf("inspecting image %s after pulling it: %w", ref, err)
 	}
-	ds.markImagePresent(spec, ref)
+	s.markPresent(spec, ref)
 	klog.FromContext(ctx).V(2).Info("Pulled image", "image", ref, "imageID", ins.ID)
 	return &runtimeapi.PullImageResponse{ImageRef: ins.ID}, nil
 }

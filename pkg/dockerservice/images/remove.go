@@ -1,4 +1,4 @@
-package dockerservice
+package images
 
 import (
 	"context"
@@ -23,15 +23,15 @@ import (
 // the ID, which is already gone unless the image had no reference. An
 // image in use by a container stays, and the error (FailedPrecondition)
 // says which container.
-func (ds *DockerService) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
+func (s *Service) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	spec := req.GetImage().GetImage()
 	ref, err := imageref.LookupRef(spec)
 	if err != nil {
 		return nil, err
 	}
-	ins, err := ds.engine.ImageInspect(ctx, ref)
+	ins, err := s.engine.ImageInspect(ctx, ref)
 	if errdefs.IsNotFound(err) {
-		ds.forgetImageRefs(map[string]bool{spec: true, ref: true})
+		s.forgetRefs(map[string]bool{spec: true, ref: true})
 		return &runtimeapi.RemoveImageResponse{}, nil
 	}
 	if err != nil {
@@ -43,14 +43,14 @@ func (ds *DockerService) RemoveImage(ctx context.Context, req *runtimeapi.Remove
 		gone[r] = true
 	}
 	// Whatever happens below, the image may be gone or partly untagged:
-	// ensureImage must look again.
-	defer ds.forgetImageRefs(gone)
+	// EnsurePresent must look again.
+	defer s.forgetRefs(gone)
 
 	for _, r := range append(append(ins.RepoTags, ins.RepoDigests...), ins.ID) {
 		if r == "<none>:<none>" || r == "<none>@<none>" {
 			continue
 		}
-		_, err := ds.engine.ImageRemove(ctx, r, image.RemoveOptions{PruneChildren: true})
+		_, err := s.engine.ImageRemove(ctx, r, image.RemoveOptions{PruneChildren: true})
 		if err != nil && !errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("removing image %s (%s): %w", ins.ID, r, err)
 		}

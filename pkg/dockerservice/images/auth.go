@@ -1,4 +1,4 @@
-package dockerservice
+package images
 
 import (
 	"encoding/base64"

@@ -1,4 +1,4 @@
-package dockerservice
+package images
 
 import (
 	"context"
@@ -17,36 +17,38 @@ import (
 	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 )
 
-// ensureImage makes sure ref is present locally, pulling it only when
+// EnsurePresent makes sure ref is present locally, pulling it only when
 // missing. Presence is remembered so the pause image costs no Docker call
 // per sandbox; a create that later finds it gone forgets it (see
-// forgetImage) and the next ensureImage pulls again.
-func (ds *DockerService) ensureImage(ctx context.Context, ref string) error {
-	if ds.images.present.has(ref) {
+// ForgetPresent) and the next EnsurePresent pulls again.
+func (s *Service) EnsurePresent(ctx context.Context, ref string) error {
+	if s.present.has(ref) {
 		return nil
 	}
-	_, err := ds.engine.ImageInspect(ctx, ref)
+	_, err := s.engine.ImageInspect(ctx, ref)
 	if errdefs.IsNotFound(err) {
-		err = ds.pullImage(ctx, ref, "")
+		err = s.pull(ctx, ref, "")
 	}
 	if err != nil {
 		return fmt.Errorf("ensuring image %s is present: %w", ref, err)
 	}
-	ds.images.present.mark(ref)
+	s.present.mark(ref)
 	return nil
 }
 
-func (ds *DockerService) forgetImage(ref string) { ds.images.present.forget(ref) }
+// ForgetPresent forgets that ref is present: the next EnsurePresent looks
+// again (a create that found the image gone).
+func (s *Service) ForgetPresent(ref string) { s.present.forget(ref) }
 
-// markImagePresent records refs (as callers of ensureImage spell them) as
+// markPresent records refs (as callers of EnsurePresent spell them) as
 // present.
-func (ds *DockerService) markImagePresent(refs ...string) { ds.images.present.mark(refs...) }
+func (s *Service) markPresent(refs ...string) { s.present.mark(refs...) }
 
-// forgetImageRefs forgets every remembered image whose key, as given or
+// forgetRefs forgets every remembered image whose key, as given or
 // normalised, is one of gone (normalised references and IDs of a removed
-// image), so ensureImage checks again however its caller spelled it.
-func (ds *DockerService) forgetImageRefs(gone map[string]bool) {
-	ds.images.present.forgetIf(func(key string) bool {
+// image), so EnsurePresent checks again however its caller spelled it.
+func (s *Service) forgetRefs(gone map[string]bool) {
+	s.present.forgetIf(func(key string) bool {
 		norm := key
 		if named, err := imageref.NormalizeName(key); err == nil {
 			norm = named.String()
@@ -55,27 +57,27 @@ func (ds *DockerService) forgetImageRefs(gone map[string]bool) {
 	})
 }
 
-// DefaultImagePullProgressDeadline is how long a pull may go without a
+// DefaultPullProgressDeadline is how long a pull may go without a
 // progress message before it is cancelled: cri-dockerd's (and dockershim's)
 // default for the same flag. A registry or a connection that stalls would
 // otherwise hold the pull, and kubelet's image puller with it, until
 // kubelet's own deadline.
-const DefaultImagePullProgressDeadline = time.Minute
+const DefaultPullProgressDeadline = time.Minute
 
 // errPullStalled is the cause of a pull's cancellation for lack of
 // progress.
 var errPullStalled = errors.New("no progress")
 
-// pullImage pulls ref, reading Docker's progress stream to its end: the
+// pull pulls ref, reading Docker's progress stream to its end: the
 // pull is done when the stream ends without an error message. A stream
 // that sends nothing for the progress deadline is cancelled; each message
 // (any layer's status or progress) starts the deadline again, so a slow
 // pull that moves is never cut.
-func (ds *DockerService) pullImage(ctx context.Context, ref, registryAuth string) error {
+func (s *Service) pull(ctx context.Context, ref, registryAuth string) error {
 	klog.FromContext(ctx).Info("Pulling image", "image", ref, "withCredentials", registryAuth != "")
-	deadline := ds.cfg.ImagePullProgressDeadline
+	deadline := s.opts.PullProgressDeadline
 	if deadline <= 0 {
-		deadline = DefaultImagePullProgressDeadline
+		deadline = DefaultPullProgressDeadline
 	}
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -87,7 +89,7 @@ func (ds *DockerService) pullImage(ctx context.Context, ref, registryAuth string
 		}
 		return nil
 	}
-	rc, err := ds.engine.ImagePull(pctx, ref, image.PullOptions{RegistryAuth: registryAuth})
+	rc, err := s.engine.ImagePull(pctx, ref, image.PullOptions{RegistryAuth: registryAuth})
 	if err != nil {
 		if serr := stalled(); serr != nil {
 			return serr

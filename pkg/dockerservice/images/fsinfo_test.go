@@ -1,4 +1,4 @@
-package dockerservice
+package images
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 func (e *testEnv) imageFsInfo(t *testing.T) *runtimeapi.ImageFsInfoResponse {
 	t.Helper()
-	resp, err := e.ds.ImageFsInfo(context.Background(), &runtimeapi.ImageFsInfoRequest{})
+	resp, err := e.svc.ImageFsInfo(context.Background(), &runtimeapi.ImageFsInfoRequest{})
 	if err != nil {
 		t.Fatalf("ImageFsInfo: %v", err)
 	}
@@ -39,7 +39,7 @@ func (e *testEnv) freshImageFsInfo(t *testing.T) *runtimeapi.ImageFsInfoResponse
 		return e.imageFsInfo(t).ImageFilesystems[0].Timestamp >= start
 	})
 	e.setFsTTL(time.Hour)
-	c := &e.ds.imageState().fs
+	c := &e.svc.fs
 	testutil.Eventually(t, "no refresh running", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -50,7 +50,7 @@ func (e *testEnv) freshImageFsInfo(t *testing.T) *runtimeapi.ImageFsInfoResponse
 
 // ageWritableLayers makes the remembered walks of writable layers d older.
 func (e *testEnv) ageWritableLayers(d time.Duration) {
-	c := &e.ds.imageState().fs
+	c := &e.svc.fs
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// A copy: a refresh under way reads the memo it started with.
@@ -64,7 +64,7 @@ func (e *testEnv) ageWritableLayers(d time.Duration) {
 }
 
 func (e *testEnv) setFsTTL(ttl time.Duration) {
-	c := &e.ds.imageState().fs
+	c := &e.svc.fs
 	c.mu.Lock()
 	c.ttl = ttl
 	c.mu.Unlock()
@@ -182,7 +182,7 @@ func TestImageFsInfoOnTheContainerdImageStore(t *testing.T) {
 
 func TestImageFsInfoFailsWithoutDockerInfo(t *testing.T) {
 	e := newTestEnv(t) // the fake reports no root dir
-	if _, err := e.ds.ImageFsInfo(context.Background(), &runtimeapi.ImageFsInfoRequest{}); err == nil {
+	if _, err := e.svc.ImageFsInfo(context.Background(), &runtimeapi.ImageFsInfoRequest{}); err == nil {
 		t.Errorf("ImageFsInfo with no Docker root dir: no error")
 	}
 }
@@ -239,7 +239,7 @@ func TestImageFsInfoRemembersInitLayers(t *testing.T) {
 	if got := refresh(); got != 4+9 {
 		t.Errorf("container fs inodes after a removal %d, want %d", got, 4+9)
 	}
-	c := &e.ds.imageState().fs
+	c := &e.svc.fs
 	c.mu.Lock()
 	_, kept := c.memo.layers[r.ContainerLayer+"-init"]
 	nIDs := len(c.memo.ids)
@@ -292,7 +292,7 @@ func TestReadLayerIDsRemembersOnlyWholeEntries(t *testing.T) {
 }
 
 // BenchmarkImageFsMeasure is one refresh of ImageFsInfo's measurement on a
-// node running statsBenchPods pods (a pause and an app container each):
+// node running benchPods pods (a pause and an app container each):
 // "first" walks every layer, as a measurement without a memo does (and as
 // every refresh walked the init layers before they were remembered),
 // "next" is a refresh with the previous measurement's memo, which kubelet's
@@ -302,7 +302,7 @@ func TestReadLayerIDsRemembersOnlyWholeEntries(t *testing.T) {
 func BenchmarkImageFsMeasure(b *testing.B) {
 	e := newTestEnv(b)
 	r := fakedocker.NewRoot(b)
-	for i := range 2 * statsBenchPods {
+	for i := range 2 * benchPods {
 		r.AddContainerLayers(b, fmt.Sprintf("%064d", i), fmt.Sprintf("%063dm", i))
 	}
 	e.docker.Do(func(s *fakedocker.State) {
@@ -311,18 +311,18 @@ func BenchmarkImageFsMeasure(b *testing.B) {
 	ctx := context.Background()
 	b.Run("first", func(b *testing.B) {
 		for b.Loop() {
-			if _, _, err := e.ds.measureFsUsage(ctx, nil); err != nil {
+			if _, _, err := e.svc.measureFsUsage(ctx, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("next", func(b *testing.B) {
-		_, memo, err := e.ds.measureFsUsage(ctx, nil)
+		_, memo, err := e.svc.measureFsUsage(ctx, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			if _, _, err := e.ds.measureFsUsage(ctx, memo); err != nil {
+			if _, _, err := e.svc.measureFsUsage(ctx, memo); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -357,7 +357,7 @@ func TestImageFsInfoReadsStorageSettingsOncePerEngineSession(t *testing.T) {
 	e.docker.Do(func(s *fakedocker.State) {
 		s.Info = system.Info{DockerRootDir: moved.Dir, Driver: "overlay2"}
 	})
-	e.ds.onIndexSync(context.Background())
+	e.engine.NextSession() // what the runtime side's onIndexSync does
 	if mp := refresh().ImageFilesystems[0].FsId.GetMountpoint(); mp != moved.DriverDir {
 		t.Errorf("after a new engine session: mountpoint %q, want the new root's %q", mp, moved.DriverDir)
 	}

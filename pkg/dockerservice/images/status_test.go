@@ -1,10 +1,9 @@
-package dockerservice
+package images
 
 import (
 	"context"
 	"encoding/json"
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,8 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/internal/fakedocker"
-	"github.com/netshim/netshim/pkg/checkpoint"
-	"github.com/netshim/netshim/pkg/network"
+	"github.com/netshim/netshim/pkg/dockerservice/engine"
 )
 
 // Recorded answers of two engines for the same three names (the raw
@@ -95,7 +93,7 @@ type recordedEngine struct {
 
 func newRecordedEngine(t *testing.T, listJSON, inspectJSON string, containerdStore bool) *recordedEngine {
 	t.Helper()
-	r := &recordedEngine{Engine: newFakeDocker(), containerdStore: containerdStore, inspect: map[string]image.InspectResponse{}}
+	r := &recordedEngine{Engine: fakedocker.New(), containerdStore: containerdStore, inspect: map[string]image.InspectResponse{}}
 	if err := json.Unmarshal([]byte(listJSON), &r.list); err != nil {
 		t.Fatalf("image list fixture: %v", err)
 	}
@@ -213,18 +211,9 @@ func (r *recordedEngine) ImageRemove(_ context.Context, ref string, _ image.Remo
 }
 
 // newImageEnv serves the image RPCs from an engine's recordings.
-func newImageEnv(t *testing.T, eng *recordedEngine) *DockerService {
+func newImageEnv(t *testing.T, eng *recordedEngine) *Service {
 	t.Helper()
-	ckpt, err := checkpoint.NewManager(filepath.Join(t.TempDir(), "sandbox"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := NewDockerService(Config{PodInfraImage: "registry.k8s.io/pause:3.10", NetworkPluginName: "fake"}, eng, ckpt, []network.NetworkPlugin{&fakePlugin{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	startService(t, ds)
-	return ds
+	return New(engine.New(eng), Options{PodInfraImage: "registry.k8s.io/pause:3.10"})
 }
 
 const (
@@ -292,13 +281,13 @@ func (f engineFixture) imageByName(t *testing.T, name string) *runtimeapi.Image 
 	return nil
 }
 
-func listAll(t *testing.T, ds *DockerService, filter string) []*runtimeapi.Image {
+func listAll(t *testing.T, svc *Service, filter string) []*runtimeapi.Image {
 	t.Helper()
 	req := &runtimeapi.ListImagesRequest{}
 	if filter != "" {
 		req.Filter = &runtimeapi.ImageFilter{Image: &runtimeapi.ImageSpec{Image: filter}}
 	}
-	resp, err := ds.ListImages(context.Background(), req)
+	resp, err := svc.ListImages(context.Background(), req)
 	if err != nil {
 		t.Fatalf("ListImages %q: %v", filter, err)
 	}
@@ -317,10 +306,10 @@ func imageIDs(imgs []*runtimeapi.Image) []string {
 func TestImageAnswersOnBothEngines(t *testing.T) {
 	for _, f := range engineFixtures {
 		t.Run(f.name, func(t *testing.T) {
-			ds := newImageEnv(t, newRecordedEngine(t, f.list, f.inspect, f.containerdStore))
+			svc := newImageEnv(t, newRecordedEngine(t, f.list, f.inspect, f.containerdStore))
 			ctx := context.Background()
 
-			got := listAll(t, ds, "")
+			got := listAll(t, svc, "")
 			if len(got) != len(f.want) {
 				t.Fatalf("ListImages gave %d images, want %d: %v", len(got), len(f.want), got)
 			}
@@ -333,7 +322,7 @@ func TestImageAnswersOnBothEngines(t *testing.T) {
 			// ImageStatus answers as the list does, by every name.
 			for _, w := range f.want {
 				for _, spec := range slices.Concat([]string{w.Id, w.Id[7:19]}, w.RepoTags, w.RepoDigests) {
-					st, err := ds.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: spec}})
+					st, err := svc.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: spec}})
 					if err != nil {
 						t.Fatalf("ImageStatus %s: %v", spec, err)
 					}
@@ -343,7 +332,7 @@ func TestImageAnswersOnBothEngines(t *testing.T) {
 				}
 			}
 			// PullImage answers the ID the list and status report.
-			pulled, err := ds.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: recordedRegistryImage}})
+			pulled, err := svc.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: recordedRegistryImage}})
 			if want := f.imageByName(t, recordedRegistryImage).Id; err != nil || pulled.ImageRef != want {
 				t.Errorf("PullImage %s = %v, %v; want %s", recordedRegistryImage, pulled, err, want)
 			}
@@ -352,11 +341,11 @@ func TestImageAnswersOnBothEngines(t *testing.T) {
 			for _, spec := range []string{"netshim.local/busybox", "netshim.local/busybox:latest", recordedRegistryRepo,
 				recordedRegistryImage, recordedRegistryRepo + "@" + busyboxManifest, "registry.k8s.io/pause"} {
 				want := f.imageByName(t, spec)
-				if got := imageIDs(listAll(t, ds, spec)); !slices.Equal(got, []string{want.Id}) {
+				if got := imageIDs(listAll(t, svc, spec)); !slices.Equal(got, []string{want.Id}) {
 					t.Errorf("ListImages filter %s = %v, want %s", spec, got, want.Id)
 				}
 			}
-			if got := listAll(t, ds, "docker.io/library/busybox"); len(got) != 0 {
+			if got := listAll(t, svc, "docker.io/library/busybox"); len(got) != 0 {
 				t.Errorf("ListImages filter docker.io/library/busybox = %v, want none", got)
 			}
 		})
@@ -395,10 +384,10 @@ func TestRemoveImageOnBothEngines(t *testing.T) {
 			target := f.imageByName(t, spec)
 			for _, by := range []string{spec, target.Id, target.Id[7:19]} {
 				t.Run(f.name+"/"+by, func(t *testing.T) {
-					ds := newImageEnv(t, newRecordedEngine(t, f.list, f.inspect, f.containerdStore))
+					svc := newImageEnv(t, newRecordedEngine(t, f.list, f.inspect, f.containerdStore))
 					ctx := context.Background()
 					for range 2 { // idempotent
-						if _, err := ds.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: by}}); err != nil {
+						if _, err := svc.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: by}}); err != nil {
 							t.Fatalf("RemoveImage %s: %v", by, err)
 						}
 					}
@@ -409,10 +398,10 @@ func TestRemoveImageOnBothEngines(t *testing.T) {
 						}
 					}
 					slices.Sort(want)
-					if got := imageIDs(listAll(t, ds, "")); !slices.Equal(got, want) {
+					if got := imageIDs(listAll(t, svc, "")); !slices.Equal(got, want) {
 						t.Errorf("after RemoveImage %s, images %v, want %v", by, got, want)
 					}
-					st, err := ds.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: target.Id}})
+					st, err := svc.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: target.Id}})
 					if err != nil || st.Image != nil {
 						t.Errorf("ImageStatus of the removed image = %v, %v; want no image", st.GetImage(), err)
 					}
@@ -425,9 +414,9 @@ func TestRemoveImageOnBothEngines(t *testing.T) {
 // On the containerd store the list's size adds up every platform present;
 // the CRI size is the node's platform's, as ImageStatus gives it.
 func TestListImagesSizeIsTheNodePlatforms(t *testing.T) {
-	ds := newImageEnv(t, newRecordedEngine(t, docker29MultiPlatformList, docker29MultiPlatformInspect, true))
-	list := listAll(t, ds, "")
-	st, err := ds.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "busybox:1.36"}})
+	svc := newImageEnv(t, newRecordedEngine(t, docker29MultiPlatformList, docker29MultiPlatformInspect, true))
+	list := listAll(t, svc, "")
+	st, err := svc.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "busybox:1.36"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,8 +430,8 @@ func TestListImagesMergesDuplicateIDs(t *testing.T) {
 	f := engineFixtures[1]
 	eng := newRecordedEngine(t, f.list, f.inspect, f.containerdStore)
 	eng.list = append(eng.list, eng.list[0])
-	ds := newImageEnv(t, eng)
-	got := listAll(t, ds, "")
+	svc := newImageEnv(t, eng)
+	got := listAll(t, svc, "")
 	if ids := imageIDs(got); !slices.Equal(ids, []string{busyboxManifest, d29PauseID}) {
 		t.Errorf("ListImages IDs = %v, want each image once", ids)
 	}
@@ -453,10 +442,10 @@ func TestListImagesMergesDuplicateIDs(t *testing.T) {
 func TestListImagesInspectsOnlyWhatChanged(t *testing.T) {
 	f := engineFixtures[1]
 	eng := newRecordedEngine(t, f.list, f.inspect, f.containerdStore)
-	ds := newImageEnv(t, eng)
-	listAll(t, ds, "")
+	svc := newImageEnv(t, eng)
+	listAll(t, svc, "")
 	eng.ResetCalls()
-	listAll(t, ds, "")
+	listAll(t, svc, "")
 	if n := eng.Count("ImageInspect"); n != 0 {
 		t.Errorf("second ListImages inspected %d images, want 0", n)
 	}
@@ -468,7 +457,7 @@ func TestListImagesInspectsOnlyWhatChanged(t *testing.T) {
 	eng.list[0].RepoTags = i.RepoTags
 	eng.mu.Unlock()
 	eng.ResetCalls()
-	got := listAll(t, ds, recordedRegistryRepo)
+	got := listAll(t, svc, recordedRegistryRepo)
 	if n := eng.Count("ImageInspect"); n != 1 || len(got) != 0 {
 		t.Errorf("after an untag: %d inspects, filter by the removed name gave %v; want 1 and none", n, got)
 	}

@@ -1,4 +1,4 @@
-package dockerservice
+package images
 
 import (
 	"context"
@@ -19,12 +19,12 @@ import (
 // ImageStatus returns the image a spec names, or no image (not an error)
 // when it does not exist. With verbose, Info["info"] holds Docker's image
 // inspect document as JSON.
-func (ds *DockerService) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+func (s *Service) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
 	ref, err := imageref.LookupRef(req.GetImage().GetImage())
 	if err != nil {
 		return nil, err
 	}
-	ins, err := ds.engine.ImageInspect(ctx, ref)
+	ins, err := s.engine.ImageInspect(ctx, ref)
 	if errdefs.IsNotFound(err) {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
@@ -32,7 +32,7 @@ func (ds *DockerService) ImageStatus(ctx context.Context, req *runtimeapi.ImageS
 		return nil, fmt.Errorf("inspecting image %s: %w", ref, err)
 	}
 	resp := &runtimeapi.ImageStatusResponse{
-		Image: ds.criImage(ins.ID, inspectedImage(ins, "")),
+		Image: s.criImage(ins.ID, inspectedImage(ins, "")),
 	}
 	if req.GetVerbose() {
 		data, err := json.Marshal(ins)
@@ -64,37 +64,37 @@ func (ds *DockerService) ImageStatus(ctx context.Context, req *runtimeapi.ImageS
 //     their size is the unpacked layers, so the same image reads bigger
 //     on Docker 29, e.g. 1982365 bytes on 20.10, 1069680 + 2011136 on 29.)
 //   - the User, which the list lacks on either.
-func (ds *DockerService) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+func (s *Service) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
 	match, err := imageMatcher(req.GetFilter().GetImage().GetImage())
 	if err != nil {
 		return nil, err
 	}
-	summaries, err := ds.engine.ImageList(ctx, image.ListOptions{})
+	summaries, err := s.engine.ImageList(ctx, image.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing images: %w", err)
 	}
-	cache := &ds.imageState().users
+	cache := &s.users
 	live := make(map[string]bool, len(summaries))
 	resp := &runtimeapi.ListImagesResponse{}
-	for _, s := range mergeSummaries(summaries) {
-		live[s.ID] = true
-		listed := strings.Join(s.RepoTags, ",") + "@" + strings.Join(s.RepoDigests, ",")
-		info, ok := cache.get(s.ID)
+	for _, sum := range mergeSummaries(summaries) {
+		live[sum.ID] = true
+		listed := strings.Join(sum.RepoTags, ",") + "@" + strings.Join(sum.RepoDigests, ",")
+		info, ok := cache.get(sum.ID)
 		if !ok || info.listed != listed {
-			ins, err := ds.engine.ImageInspect(ctx, s.ID)
+			ins, err := s.engine.ImageInspect(ctx, sum.ID)
 			if errdefs.IsNotFound(err) {
 				continue // removed since the list
 			}
 			if err != nil {
-				return nil, fmt.Errorf("inspecting image %s: %w", s.ID, err)
+				return nil, fmt.Errorf("inspecting image %s: %w", sum.ID, err)
 			}
 			info = inspectedImage(ins, listed)
-			cache.put(s.ID, info)
+			cache.put(sum.ID, info)
 		}
-		if !match(s.ID, info.tags, info.digests) {
+		if !match(sum.ID, info.tags, info.digests) {
 			continue
 		}
-		resp.Images = append(resp.Images, ds.criImage(s.ID, info))
+		resp.Images = append(resp.Images, s.criImage(sum.ID, info))
 	}
 	cache.retain(live)
 	return resp, nil
@@ -141,13 +141,13 @@ func inspectedImage(ins image.InspectResponse, listed string) cachedImage {
 // criImage builds the CRI image. Its spec is its ID, so the status is the
 // same whichever reference it was asked by. The pod infra image is pinned:
 // kubelet's image garbage collection never removes a pinned image.
-func (ds *DockerService) criImage(id string, info cachedImage) *runtimeapi.Image {
+func (s *Service) criImage(id string, info cachedImage) *runtimeapi.Image {
 	img := &runtimeapi.Image{
 		Id:          id,
 		RepoTags:    info.tags,
 		RepoDigests: info.digests,
 		Spec:        &runtimeapi.ImageSpec{Image: id},
-		Pinned:      ds.isPodInfraImage(info.tags, info.digests),
+		Pinned:      s.isPodInfraImage(info.tags, info.digests),
 	}
 	if info.size > 0 {
 		img.Size = uint64(info.size)
@@ -160,11 +160,11 @@ func (ds *DockerService) criImage(id string, info cachedImage) *runtimeapi.Image
 	return img
 }
 
-func (ds *DockerService) isPodInfraImage(tags, digests []string) bool {
-	if ds.cfg.PodInfraImage == "" {
+func (s *Service) isPodInfraImage(tags, digests []string) bool {
+	if s.opts.PodInfraImage == "" {
 		return false
 	}
-	named, err := imageref.NormalizeName(ds.cfg.PodInfraImage)
+	named, err := imageref.NormalizeName(s.opts.PodInfraImage)
 	if err != nil {
 		return false
 	}

@@ -1,4 +1,4 @@
-package dockerservice
+package images
 
 import (
 	"context"
@@ -59,12 +59,12 @@ func TestPullProgressDeadline(t *testing.T) {
 		{name: "slow but moving", n: 40, gap: 10 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newTestEnv(t, func(c *Config) { c.ImagePullProgressDeadline = deadline })
+			e := newTestEnv(t, func(o *Options) { o.PullProgressDeadline = deadline })
 			e.docker.Do(func(s *fakedocker.State) {
 				s.PullStream = func(ctx context.Context) io.ReadCloser { return progressStream(ctx, tc.n, tc.gap) }
 			})
 			start := time.Now()
-			_, err := e.ds.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "registry.example/slow:1"}})
+			_, err := e.svc.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "registry.example/slow:1"}})
 			if !tc.wantErr {
 				if err != nil {
 					t.Fatalf("PullImage of a pull that moves: %v", err)
