@@ -1,6 +1,7 @@
 // Package testutil holds the few helpers that unit tests across netshim's
 // packages share: a bounded poll, a look at a host process's state, a
-// metric's value, and the log entries of a test logger.
+// metric's value, the log entries of a test logger, and files written
+// for a fake /proc or cgroup tree.
 package testutil
 
 import (

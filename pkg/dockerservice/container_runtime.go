@@ -29,8 +29,9 @@ type containerRuntime struct {
 	streams *logs.Streams
 	// stats reads containers' CPU and memory usage from their cgroups.
 	stats *stats.Reader
-	// layers measures containers' writable layers (container_layer.go).
-	layers *layerUsage
+	// layers measures containers' writable layers (pkg/dockerservice/stats,
+	// layers.go).
+	layers *stats.Layers
 	// oom clamps the oom_score_adj of every container, infra ones too.
 	oom oomClamp
 	// procRoot is where host processes are looked up: exec pids before

@@ -2,26 +2,14 @@ package dockerservice
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/netshim/netshim/internal/testutil"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
-
-func writeFiles(t *testing.T, files map[string]string) {
-	t.Helper()
-	for path, content := range files {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func TestContainerStatsFromCgroups(t *testing.T) {
 	for _, v2 := range []bool{false, true} {
@@ -43,7 +31,7 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 			cg := "/kubepods/pod1/" + running
 			pid := strconv.Itoa(rec.Pid)
 			if v2 {
-				writeFiles(t, map[string]string{
+				testutil.WriteFiles(t, map[string]string{
 					filepath.Join(procRoot, pid, "cgroup"):          "0::" + cg + "\n",
 					filepath.Join(cgroupRoot, cg, "cpu.stat"):       "usage_usec 5000\nuser_usec 4000\n",
 					filepath.Join(cgroupRoot, cg, "memory.current"): "1000000\n",
@@ -51,7 +39,7 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 					filepath.Join(cgroupRoot, cg, "io.pressure"):    "some avg10=1.50 avg60=0.00 avg300=0.00 total=30\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=20\n",
 				})
 			} else {
-				writeFiles(t, map[string]string{
+				testutil.WriteFiles(t, map[string]string{
 					filepath.Join(procRoot, pid, "cgroup"):                           "4:memory:" + cg + "\n2:cpuacct:" + cg + "\n1:cpu:" + cg + "\n0::/\n",
 					filepath.Join(cgroupRoot, "cpuacct", cg, "cpuacct.usage"):        "5000000\n",
 					filepath.Join(cgroupRoot, "memory", cg, "memory.usage_in_bytes"): "1000000\n",
@@ -86,9 +74,9 @@ func TestContainerStatsFromCgroups(t *testing.T) {
 			// Two seconds and 1.5 s of CPU later: 0.75 cores.
 			clock = clock.Add(2 * time.Second)
 			if v2 {
-				writeFiles(t, map[string]string{filepath.Join(cgroupRoot, cg, "cpu.stat"): "usage_usec 1505000\nuser_usec 4000\n"})
+				testutil.WriteFiles(t, map[string]string{filepath.Join(cgroupRoot, cg, "cpu.stat"): "usage_usec 1505000\nuser_usec 4000\n"})
 			} else {
-				writeFiles(t, map[string]string{filepath.Join(cgroupRoot, "cpuacct", cg, "cpuacct.usage"): "1505000000\n"})
+				testutil.WriteFiles(t, map[string]string{filepath.Join(cgroupRoot, "cpuacct", cg, "cpuacct.usage"): "1505000000\n"})
 			}
 			e.quiesce(t)
 			e.docker.ResetCalls()
@@ -135,7 +123,7 @@ func TestContainerStatsIgnoresReusedPid(t *testing.T) {
 	id := e.create(t, ctrConfig("running"))
 	e.start(t, id)
 	rec, _ := e.ds.store().Get(id)
-	writeFiles(t, map[string]string{
+	testutil.WriteFiles(t, map[string]string{
 		filepath.Join(procRoot, strconv.Itoa(rec.Pid), "cgroup"):        "0::/system.slice/cron.service\n",
 		filepath.Join(cgroupRoot, "system.slice/cron.service/cpu.stat"): "usage_usec 5000\n",
 	})

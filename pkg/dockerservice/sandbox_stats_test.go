@@ -35,7 +35,7 @@ func newFakeHost(tb testing.TB, ds *DockerService, v2 bool) *fakeHost {
 // useStatsRoots gives the service a stats reader of fake proc and cgroup
 // roots, and of a fake clock unless now is nil.
 func useStatsRoots(ds *DockerService, proc, cgroup string, now func() time.Time) {
-	ds.containers.stats = stats.New(stats.Options{ProcRoot: proc, CgroupRoot: cgroup, Now: now, WritableLayer: ds.containers.layers.writableLayer})
+	ds.containers.stats = stats.New(stats.Options{ProcRoot: proc, CgroupRoot: cgroup, Now: now, WritableLayer: ds.containers.layers.WritableLayer})
 }
 
 func (h *fakeHost) write(path, content string) {

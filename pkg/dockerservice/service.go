@@ -58,7 +58,7 @@ type Config struct {
 	// file may be inside it.
 	RootDir string
 	// LayerUsage tunes the background measuring of containers' writable
-	// layers (container_layer.go); zero fields take the defaults.
+	// layers (pkg/dockerservice/stats, layers.go); zero fields take the defaults.
 	LayerUsage layerusage.Options
 	// Metrics, if set, receives the service's metrics (metrics.go); nil
 	// records nothing.
@@ -157,12 +157,12 @@ func NewDockerService(cfg Config, client engine.Client, checkpoints *checkpoint.
 	}
 	ds.index = ds.newIndex()
 	ds.containers.oom.floor = cfg.OOMScoreAdjFloor
-	ds.containers.layers = newLayerUsage(client.Info, ds.store(), cfg.LayerUsage)
-	ds.containers.stats = stats.New(stats.Options{WritableLayer: ds.containers.layers.writableLayer})
+	ds.containers.layers = stats.NewLayers(client.Info, ds.store(), cfg.LayerUsage)
+	ds.containers.stats = stats.New(stats.Options{WritableLayer: ds.containers.layers.WritableLayer})
 	ds.images = images.New(ds.engine, images.Options{
 		PodInfraImage:        cfg.PodInfraImage,
 		PullProgressDeadline: cfg.ImagePullProgressDeadline,
-		WritableLayerBytes:   ds.containers.layers.m.TotalBytes,
+		WritableLayerBytes:   ds.containers.layers.TotalBytes,
 	})
 	ds.events = events.New(eventSource{ds})
 	ds.store().OnChange(ds.events.Touch)
@@ -215,7 +215,7 @@ func (ds *DockerService) removeCheckpoint(id string) error {
 func (ds *DockerService) Close() {
 	// Log followers resume from their files' last line on restart.
 	ds.containers.logs.StopAll()
-	ds.containers.layers.stop()
+	ds.containers.layers.Stop()
 	if s, ok := ds.network.Plugin().(interface{ Stop() }); ok {
 		s.Stop()
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 
 	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
+	"github.com/netshim/netshim/pkg/dockerservice/stats"
 )
 
 // The index (pkg/dockerservice/index) follows Docker's events stream and
@@ -52,7 +53,7 @@ func (ds *DockerService) newIndex() *index.Index {
 // in the background and Status reports RuntimeReady=false.
 func (ds *DockerService) Start(ctx context.Context) {
 	go ds.index.Run(ctx)
-	ds.containers.layers.start(ctx) // container_layer.go
+	ds.containers.layers.Start(ctx) // pkg/dockerservice/stats
 	go ds.events.Run(ctx)
 	go func() {
 		select {
@@ -212,7 +213,7 @@ func newRecord(c container.InspectResponse, sb *labelcodec.Sandbox, ctr *labelco
 		r.OOMKilled = st.OOMKilled
 		r.Error = st.Error
 	}
-	r.WritableLayerDir = writableLayerDir(c)
+	r.WritableLayerDir = stats.WritableLayerDir(c)
 	return r
 }
 

@@ -371,7 +371,7 @@ func readLayerIDs(dir string, known, learned map[string][]string, files ...strin
 // on the same filesystem as containerd's root on a standard node (/var).
 // The container filesystem's usage is the sum of the writable layers last
 // measured in the background for ContainerStats (Options.WritableLayerBytes:
-// pkg/dockerservice's container_layer.go): no walk here.
+// pkg/dockerservice/stats, layers.go): no walk here.
 func (s *Service) measureContainerdStore(ctx context.Context, rootDir string, at time.Time) (*fsStats, error) {
 	du, err := s.engine.DiskUsage(ctx, types.DiskUsageOptions{Types: []types.DiskUsageObject{types.ImageObject}})
 	if err != nil {

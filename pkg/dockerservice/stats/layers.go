@@ -1,4 +1,4 @@
-package dockerservice
+package stats
 
 import (
 	"context"
@@ -50,9 +50,9 @@ const (
 	layerStopTimeout = 5 * time.Second
 )
 
-// writableLayerDir is a container's writable layer as Docker's inspect
+// WritableLayerDir is a container's writable layer as Docker's inspect
 // reports it (overlay2 and fuse-overlayfs), or "".
-func writableLayerDir(c container.InspectResponse) string {
+func WritableLayerDir(c container.InspectResponse) string {
 	dir := c.GraphDriver.Data["UpperDir"]
 	if !filepath.IsAbs(dir) {
 		return ""
@@ -60,15 +60,15 @@ func writableLayerDir(c container.InspectResponse) string {
 	return filepath.Clean(dir)
 }
 
-// layerUsage keeps the measurer's set of layers in step with the index
+// Layers keeps the measurer's set of layers in step with the index
 // and turns its measurements into CRI figures.
-type layerUsage struct {
+type Layers struct {
 	m        *layerusage.Measurer
 	store    *store.Store
 	info     func(context.Context) (system.Info, error)
 	procRoot string
 
-	// mountpoint is fs_id's mountpoint (containerFsMountpoint), "" until
+	// mountpoint is fs_id's mountpoint (ContainerFsMountpoint), "" until
 	// known.
 	mountpoint atomic.Pointer[string]
 	nextInfo   time.Time
@@ -89,12 +89,14 @@ type layerUsage struct {
 	wg        sync.WaitGroup
 }
 
-func newLayerUsage(info func(context.Context) (system.Info, error), st *store.Store, opts layerusage.Options) *layerUsage {
-	return &layerUsage{m: layerusage.New(opts), store: st, info: info, procRoot: "/proc", unresolved: map[string]int{}, kick: make(chan struct{}, 1)}
+// NewLayers measures the writable layers of the containers in st; info
+// reads Docker's storage paths.
+func NewLayers(info func(context.Context) (system.Info, error), st *store.Store, opts layerusage.Options) *Layers {
+	return &Layers{m: layerusage.New(opts), store: st, info: info, procRoot: "/proc", unresolved: map[string]int{}, kick: make(chan struct{}, 1)}
 }
 
-// start measures until ctx ends or stop.
-func (l *layerUsage) start(ctx context.Context) {
+// Start measures until ctx ends or Stop.
+func (l *Layers) Start(ctx context.Context) {
 	l.startOnce.Do(func() {
 		ctx, l.cancel = context.WithCancel(ctx)
 		l.wg.Add(2)
@@ -109,10 +111,10 @@ func (l *layerUsage) start(ctx context.Context) {
 	})
 }
 
-// stop ends the measuring and waits for it, but not for long: a walk
+// Stop ends the measuring and waits for it, but not for long: a walk
 // blocked in a system call on a stuck filesystem must not hold up the
 // daemon's shutdown.
-func (l *layerUsage) stop() {
+func (l *Layers) Stop() {
 	l.startOnce.Do(func() {}) // no start after stop
 	if l.cancel == nil {
 		return
@@ -130,7 +132,7 @@ func (l *layerUsage) stop() {
 	}
 }
 
-func (l *layerUsage) loop(ctx context.Context) {
+func (l *Layers) loop(ctx context.Context) {
 	t := time.NewTicker(layerSyncPeriod)
 	defer t.Stop()
 	for {
@@ -147,9 +149,9 @@ func (l *layerUsage) loop(ctx context.Context) {
 	}
 }
 
-// syncNow has the loop follow the index at once rather than at its next
+// SyncNow has the loop follow the index at once rather than at its next
 // tick.
-func (l *layerUsage) syncNow() {
+func (l *Layers) SyncNow() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
@@ -158,7 +160,7 @@ func (l *layerUsage) syncNow() {
 
 // sync tracks the layers of the index's workload containers and forgets
 // those of containers gone from it.
-func (l *layerUsage) sync() {
+func (l *Layers) sync() {
 	// Read before the list: a change made meanwhile is followed next time.
 	gen := l.store.Generation()
 	if l.synced && gen == l.syncedGen {
@@ -201,7 +203,7 @@ func (l *layerUsage) sync() {
 // pid is checked to be the container's before and after the read, so a
 // pid reused by another process (the container exited meanwhile) never
 // makes another directory pass for the container's layer.
-func (l *layerUsage) rootUpperDir(id string, pid int) (string, error) {
+func (l *Layers) rootUpperDir(id string, pid int) (string, error) {
 	if err := procutil.InContainer(l.procRoot, pid, id); err != nil {
 		return "", err
 	}
@@ -215,11 +217,11 @@ func (l *layerUsage) rootUpperDir(id string, pid int) (string, error) {
 	return layerusage.RootUpperDir(data)
 }
 
-func (l *layerUsage) refreshMountpoint(ctx context.Context) {
+func (l *Layers) refreshMountpoint(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, layerInfoTimeout)
 	defer cancel()
 	info, err := l.info(ctx)
-	mp := containerFsMountpoint(info)
+	mp := ContainerFsMountpoint(info)
 	if err == nil && mp == "" {
 		err = errors.New("docker reports no root dir")
 	}
@@ -232,13 +234,13 @@ func (l *layerUsage) refreshMountpoint(ctx context.Context) {
 	l.nextInfo = time.Now().Add(layerInfoPeriod)
 }
 
-// containerFsMountpoint is the mountpoint ImageFsInfo reports for the
+// ContainerFsMountpoint is the mountpoint ImageFsInfo reports for the
 // container filesystem (pkg/dockerservice/images, fsinfo.go): the graph
 // driver's directory, or Docker's root dir on the containerd image store
 // and for a driver without a directory. Writable layers report the same, so that kubelet
 // sees them on the filesystem it knows (it reads capacity and free space
 // there).
-func containerFsMountpoint(info system.Info) string {
+func ContainerFsMountpoint(info system.Info) string {
 	if info.DockerRootDir == "" || info.Driver == "" || engine.UsesContainerdStore(info) {
 		return info.DockerRootDir
 	}
@@ -249,9 +251,9 @@ func containerFsMountpoint(info system.Info) string {
 	return dir
 }
 
-// writableLayer is a container's last measured writable layer usage, or
+// WritableLayer is a container's last measured writable layer usage, or
 // nil when none is known yet.
-func (l *layerUsage) writableLayer(id string) *runtimeapi.FilesystemUsage {
+func (l *Layers) WritableLayer(id string) *runtimeapi.FilesystemUsage {
 	u, ok := l.m.Get(id)
 	if !ok {
 		return nil
@@ -266,3 +268,9 @@ func (l *layerUsage) writableLayer(id string) *runtimeapi.FilesystemUsage {
 	}
 	return fu
 }
+
+// TotalBytes is the sum of the last measurements of every layer.
+func (l *Layers) TotalBytes() uint64 { return l.m.TotalBytes() }
+
+// Tracked is the layer directory measured for container id, if any.
+func (l *Layers) Tracked(id string) (string, bool) { return l.m.Tracked(id) }
