@@ -347,11 +347,12 @@ func (c pauselessSandboxes) restore() {
 func (ds *DockerService) stopPauselessSandbox(id string) error {
 	cur := ds.getCheckpoint(id)
 	if cur != nil && cur.Pauseless != nil && !cur.Pauseless.Stopped {
-		updated := *cur
-		pl := *cur.Pauseless
-		pl.Stopped = true
-		updated.Pauseless = &pl
-		if err := ds.putCheckpoint(&updated); err != nil {
+		_, err := ds.updateCheckpoint(id, func(cp *checkpoint.PodSandbox) {
+			pl := *cp.Pauseless
+			pl.Stopped = true
+			cp.Pauseless = &pl
+		})
+		if err != nil {
 			return err
 		}
 	}

@@ -182,15 +182,10 @@ func (ds *DockerService) tearDownSandboxNetwork(ctx context.Context, ref sandbox
 // markTeardown records a teardown mark in the sandbox's checkpoint, on
 // disk and in memory; in memory alone if the write fails (logged).
 func (ds *DockerService) markTeardown(ctx context.Context, id string, mark func(*checkpoint.PodSandbox)) {
-	cur := ds.pods.Get(id)
-	if cur == nil {
-		return
-	}
-	updated := *cur
-	mark(&updated)
-	if err := ds.putCheckpoint(&updated); err != nil {
+	updated, err := ds.updateCheckpoint(id, mark)
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to record the network teardown in the sandbox's checkpoint; keeping it in memory", "podSandboxID", id)
-		if ds.pods.Replace(&updated) {
+		if ds.pods.Replace(updated) {
 			ds.checkpointChanged(id)
 		}
 	}

@@ -201,6 +201,18 @@ func (ds *DockerService) putCheckpoint(cp *checkpoint.PodSandbox) error {
 	return nil
 }
 
+// updateCheckpoint changes a sandbox's checkpoint, copy on write, to disk
+// then to the mirror (podstate.Store.Update), under the sandbox's
+// lifecycle lock. It returns the changed copy, saved or not (nil when
+// the sandbox has none).
+func (ds *DockerService) updateCheckpoint(id string, fn func(*checkpoint.PodSandbox)) (*checkpoint.PodSandbox, error) {
+	updated, err := ds.pods.Update(id, fn)
+	if updated != nil && err == nil {
+		ds.checkpointChanged(id)
+	}
+	return updated, err
+}
+
 // removeCheckpoint deletes a checkpoint from disk and from the mirror.
 func (ds *DockerService) removeCheckpoint(id string) error {
 	if err := ds.pods.Remove(id); err != nil {

@@ -134,6 +134,28 @@ func (s *Store) Save(cp *checkpoint.PodSandbox) error {
 	return nil
 }
 
+// Update changes the checkpoint of sandbox id, copy on write: fn gets a
+// copy of the current one (a shallow copy: a nested struct fn changes it
+// copies first), which is then saved, to disk and then to the mirror. The
+// caller holds the sandbox's lifecycle lock (Lock), which orders the
+// writers of one sandbox; readers keep the checkpoint they got. It
+// returns the saved checkpoint, or nil with no error when the sandbox has
+// none. When the file cannot be written, the mirror keeps the old
+// checkpoint and the changed copy is returned with the error, for a caller
+// that keeps it in memory anyway (Replace).
+func (s *Store) Update(id string, fn func(cp *checkpoint.PodSandbox)) (*checkpoint.PodSandbox, error) {
+	cur := s.Get(id)
+	if cur == nil {
+		return nil, nil
+	}
+	updated := *cur
+	fn(&updated)
+	if err := s.Save(&updated); err != nil {
+		return &updated, err
+	}
+	return &updated, nil
+}
+
 // WriteFile writes the checkpoint of a sandbox to disk only: a rebuilt
 // checkpoint goes into the mirror whether or not its file could be
 // written.

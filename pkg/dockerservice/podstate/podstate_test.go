@@ -241,6 +241,39 @@ func TestSaveAndRemoveKeepDiskAndMirrorTogether(t *testing.T) {
 	}
 }
 
+func TestUpdateIsCopyOnWrite(t *testing.T) {
+	s, disk := newStore(t)
+	if got, err := s.Update("none", func(*checkpoint.PodSandbox) { t.Error("fn called for a sandbox with no checkpoint") }); got != nil || err != nil {
+		t.Fatalf("Update of no checkpoint = %+v, %v; want nil, nil", got, err)
+	}
+	if err := s.Save(cp("a")); err != nil {
+		t.Fatal(err)
+	}
+	old := s.Get("a")
+	before := s.Generation()
+	got, err := s.Update("a", func(c *checkpoint.PodSandbox) { c.Setup = checkpoint.SetupReady })
+	if err != nil || got == nil || got.Setup != checkpoint.SetupReady {
+		t.Fatalf("Update = %+v, %v", got, err)
+	}
+	if old.Setup == checkpoint.SetupReady {
+		t.Error("Update changed the checkpoint a reader holds")
+	}
+	if s.Get("a") != got || s.Generation() == before {
+		t.Error("the updated checkpoint is not the mirror's, or the generation did not move")
+	}
+	if f, err := disk.Get("a"); err != nil || f.Setup != checkpoint.SetupReady {
+		t.Errorf("file after Update: %+v, %v", f, err)
+	}
+	// A file that cannot be written: the mirror keeps the old one, the
+	// caller gets the changed copy and the error.
+	s.Put(cp("b/../../escape"))
+	kept := s.Get("b/../../escape")
+	got, err = s.Update("b/../../escape", func(c *checkpoint.PodSandbox) { c.Name = "changed" })
+	if err == nil || got == nil || got.Name != "changed" || s.Get("b/../../escape") != kept {
+		t.Errorf("Update with a failing write = %+v, %v; mirror %+v", got, err, s.Get("b/../../escape"))
+	}
+}
+
 func TestWriteFileLeavesTheMirror(t *testing.T) {
 	s, disk := newStore(t)
 	if err := s.WriteFile(cp("a")); err != nil {
