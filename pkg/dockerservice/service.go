@@ -4,8 +4,10 @@
 // pkg/dockerservice/images beside it (register.go).
 //
 // Each RPC family lives in its own file named after it (sandbox_run.go,
-// sandbox_stop.go, ...); logging and error-to-status mapping live in
-// interceptor.go.
+// sandbox_stop.go, ...). Its parts are packages of their own, below it in
+// docs/design/architecture.md: the engine client, the label codec, the
+// mapping of requests to Docker, stats, logs, events; logging and the
+// error-to-status mapping are pkg/dockerservice/crirpc's.
 package dockerservice
 
 import (
