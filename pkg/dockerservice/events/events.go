@@ -289,6 +289,7 @@ func startVisible(t Target) bool {
 	return t.StartedAt != 0
 }
 
+// ContainerPhase is the phase of a container in state s.
 func ContainerPhase(s runtimeapi.ContainerState) Phase {
 	switch s {
 	case runtimeapi.ContainerState_CONTAINER_RUNNING:

@@ -125,6 +125,8 @@ func ownLabels(criLabels, operator map[string]string, meta string) map[string]st
 	return out
 }
 
+// SandboxLabels builds the Docker labels of a new sandbox's infra
+// container: the meta label, plus labels for operators (see ownLabels).
 func SandboxLabels(cfg *runtimeapi.PodSandboxConfig, runtimeHandler string) (map[string]string, error) {
 	md := cfg.GetMetadata()
 	meta, err := encodeMeta(sandboxMeta{

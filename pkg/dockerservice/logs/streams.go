@@ -54,6 +54,7 @@ type Streams struct {
 // once, before the streams are used.
 func (l *Streams) OnSettled(f func(id string)) { l.onSettled = f }
 
+// NewStreams tells of the copies the follower manager logs makes.
 func NewStreams(logs *crilog.Manager) *Streams {
 	return &Streams{logs: logs, starting: map[string]time.Time{}}
 }
