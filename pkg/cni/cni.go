@@ -41,6 +41,9 @@ const (
 	// its libcni cache entry apart from the default network's.
 	loNetworkName   = "cni-loopback"
 	loInterfaceName = "lo"
+	// loDelAttempts is how many times a pod's loopback DEL is tried
+	// before its cache entry is left to GC.
+	loDelAttempts = 2
 
 	// defaultSyncPeriod is the safety re-read of the conf dir; changes are
 	// seen at once through fsnotify, this only covers a lost event.

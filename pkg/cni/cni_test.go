@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -359,6 +360,17 @@ func checkJSON(t *testing.T, what string, got any, want string) {
 	}
 }
 
+// countCalls counts the calls of one plugin.
+func countCalls(calls []execCall, plugin string) int {
+	n := 0
+	for _, c := range calls {
+		if c.Plugin == plugin {
+			n++
+		}
+	}
+	return n
+}
+
 func callNames(calls []execCall) string {
 	s := make([]string, len(calls))
 	for i, c := range calls {
@@ -682,6 +694,42 @@ func TestTearDownPod(t *testing.T) {
 		env.exec.errs["DEL loopback"] = errors.New("lo DEL failed")
 		if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
 			t.Fatalf("TearDownPod: %v", err)
+		}
+		if n := countCalls(env.exec.callsOf("DEL"), "loopback"); n != loDelAttempts {
+			t.Errorf("%d loopback DELs, want %d", n, loDelAttempts)
+		}
+	})
+	// A loopback plugin killed in its DEL (the soak's random kills) is
+	// DELed again at once, so its cache entry does not wait for GC.
+	t.Run("loopback DEL that fails once is retried", func(t *testing.T) {
+		env := newTestEnv(t, testConfList)
+		if err := env.plugin.SetUpPod(context.Background(), testPod, nil, network.SetUpOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var failed atomic.Bool
+		env.exec.setHook(func(_ context.Context, c execCall) error {
+			if c.Command == "DEL" && c.Plugin == "loopback" && failed.CompareAndSwap(false, true) {
+				return errors.New("signal: killed")
+			}
+			return nil
+		})
+		if err := env.plugin.TearDownPod(context.Background(), testPod); err != nil {
+			t.Fatalf("TearDownPod: %v", err)
+		}
+		if !failed.Load() {
+			t.Fatal("the loopback DEL was never failed")
+		}
+		if n := countCalls(env.exec.callsOf("DEL"), "loopback"); n != 1 {
+			t.Errorf("%d loopback DELs answered, want 1 after the failed one", n)
+		}
+		entries, err := env.plugin.ledger.get(testPod.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.Network == loNetworkName {
+				t.Errorf("the loopback attachment is still recorded after the retried DEL: %+v", e)
+			}
 		}
 	})
 }

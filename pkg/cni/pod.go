@@ -189,16 +189,24 @@ func (p *Plugin) TearDownPod(ctx context.Context, pod network.PodRef) error {
 
 	// As for ADD, loopback's DEL runs beside the pod network's, and only
 	// when loopback was added: it is what removes libcni's cache entry
-	// (and netshim's record) of that attachment. A failure is only logged,
-	// since it holds no address; the record stays for GC to retry.
+	// (and netshim's record) of that attachment. It is tried twice, as it
+	// is idempotent and a failure is mostly a plugin process that died;
+	// a failure after that is only logged, since it holds no address,
+	// and the record stays for GC to retry.
 	loDone := make(chan struct{})
 	go func() {
 		defer close(loDone)
 		if lo == nil {
 			return
 		}
-		if err := p.cni.DelNetworkList(ctx, p.loNetwork, lo); err != nil {
-			klog.ErrorS(err, "Failed to delete pod from loopback network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID)
+		var err error
+		for range loDelAttempts {
+			if err = p.cni.DelNetworkList(ctx, p.loNetwork, lo); err == nil || ctx.Err() != nil {
+				break
+			}
+		}
+		if err != nil {
+			klog.ErrorS(err, "Failed to delete pod from loopback network", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.SandboxID, "attempts", loDelAttempts)
 			return
 		}
 		p.forget(pod.SandboxID, loNetworkName, loInterfaceName)
