@@ -27,18 +27,24 @@ const CheckpointDir = "sandbox"
 // Go-syntax dump of its own types, which cannot be recomputed outside
 // them. The file is cross-checked with the sandbox instead.
 type Checkpoint struct {
-	Version   string `json:"version"`
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	Data      *struct {
-		PortMappings []*struct {
-			Protocol      *string `json:"protocol,omitempty"`
-			ContainerPort *int32  `json:"container_port,omitempty"`
-			HostPort      *int32  `json:"host_port,omitempty"`
-			HostIP        string  `json:"host_ip,omitempty"`
-		} `json:"port_mappings,omitempty"`
-		HostNetwork bool `json:"host_network,omitempty"`
-	} `json:"data,omitempty"`
+	Version   string          `json:"version"`
+	Name      string          `json:"name"`
+	Namespace string          `json:"namespace"`
+	Data      *checkpointData `json:"data,omitempty"`
+}
+
+// checkpointData is what cri-dockerd keeps of a sandbox's network.
+type checkpointData struct {
+	PortMappings []*portMapping `json:"port_mappings,omitempty"`
+	HostNetwork  bool           `json:"host_network,omitempty"`
+}
+
+// portMapping is one host port of a sandbox, as cri-dockerd writes it.
+type portMapping struct {
+	Protocol      *string `json:"protocol,omitempty"`
+	ContainerPort *int32  `json:"container_port,omitempty"`
+	HostPort      *int32  `json:"host_port,omitempty"`
+	HostIP        string  `json:"host_ip,omitempty"`
 }
 
 // Root is cri-dockerd's root directory (--cri-dockerd-root-dir).

@@ -67,12 +67,7 @@ func TestRead(t *testing.T) {
 func TestPortMappings(t *testing.T) {
 	i32 := func(v int32) *int32 { return &v }
 	str := func(s string) *string { return &s }
-	type pm = struct {
-		Protocol      *string `json:"protocol,omitempty"`
-		ContainerPort *int32  `json:"container_port,omitempty"`
-		HostPort      *int32  `json:"host_port,omitempty"`
-		HostIP        string  `json:"host_ip,omitempty"`
-	}
+	type pm = portMapping
 	for _, tc := range []struct {
 		name string
 		in   []*pm
@@ -89,15 +84,7 @@ func TestPortMappings(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cp := &Checkpoint{}
 			if tc.in != nil {
-				cp.Data = &struct {
-					PortMappings []*struct {
-						Protocol      *string `json:"protocol,omitempty"`
-						ContainerPort *int32  `json:"container_port,omitempty"`
-						HostPort      *int32  `json:"host_port,omitempty"`
-						HostIP        string  `json:"host_ip,omitempty"`
-					} `json:"port_mappings,omitempty"`
-					HostNetwork bool `json:"host_network,omitempty"`
-				}{PortMappings: tc.in}
+				cp.Data = &checkpointData{PortMappings: tc.in}
 			}
 			got, err := cp.PortMappings()
 			if tc.err != "" {
