@@ -25,9 +25,8 @@ import (
 
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
-	"github.com/netshim/netshim/pkg/dockerservice/store"
-
 	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // This file sends every RPC of both CRI services malformed and hostile

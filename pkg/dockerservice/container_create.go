@@ -12,11 +12,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 	"github.com/netshim/netshim/pkg/dockerservice/imageref"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
-
-	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // CreateContainer creates (does not start) a workload container in a

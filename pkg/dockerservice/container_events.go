@@ -10,9 +10,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/dockerservice/events"
-	"github.com/netshim/netshim/pkg/dockerservice/store"
-
 	"github.com/netshim/netshim/pkg/dockerservice/logs"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // The container events (pkg/dockerservice/events) are made of what the

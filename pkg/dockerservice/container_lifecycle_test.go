@@ -14,7 +14,6 @@ import (
 
 	"github.com/netshim/netshim/internal/fakedocker"
 	"github.com/netshim/netshim/internal/testutil"
-
 	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 

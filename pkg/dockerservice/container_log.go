@@ -14,9 +14,8 @@ import (
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
-	"github.com/netshim/netshim/pkg/dockerservice/store"
-
 	"github.com/netshim/netshim/pkg/dockerservice/logs"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // ReopenContainerLog makes the container's log follower write to a fresh

@@ -13,11 +13,9 @@ import (
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
 	"github.com/netshim/netshim/pkg/dockerservice/engine"
-	"github.com/netshim/netshim/pkg/procutil"
-
-	"github.com/netshim/netshim/pkg/dockerservice/stats"
-
 	"github.com/netshim/netshim/pkg/dockerservice/logs"
+	"github.com/netshim/netshim/pkg/dockerservice/stats"
+	"github.com/netshim/netshim/pkg/procutil"
 )
 
 // containerRuntime is the state the workload-container RPCs keep besides

@@ -12,9 +12,8 @@ import (
 
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
-	"github.com/netshim/netshim/pkg/dockerservice/store"
-
 	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // StartContainer starts a created container, then copies its log into the

@@ -11,9 +11,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
-	"github.com/netshim/netshim/pkg/dockerservice/store"
-
 	"github.com/netshim/netshim/pkg/dockerservice/logs"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // StopContainer sends the container its stop signal (the CRI config's,

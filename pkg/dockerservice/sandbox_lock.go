@@ -8,9 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
-	"github.com/netshim/netshim/pkg/dockerservice/store"
-
 	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // lockSandbox resolves a sandbox ID (or unique prefix), takes the sandbox's

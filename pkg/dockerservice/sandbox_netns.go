@@ -15,12 +15,11 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 	"github.com/netshim/netshim/pkg/dockerservice/engine"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
-
-	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // Where a sandbox's network namespace comes from (--sandbox-netns).

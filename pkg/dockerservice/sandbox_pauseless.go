@@ -15,11 +15,10 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
-
-	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // Pause-less sandboxes (--sandbox-netns=pauseless, docs/design/sandbox-modes.md).

@@ -12,10 +12,9 @@ import (
 
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/network"
-
-	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 )
 
 // sandboxOOMScoreAdj is what kubelet expects for infra containers: the

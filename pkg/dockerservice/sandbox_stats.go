@@ -6,9 +6,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/netshim/netshim/pkg/dockerservice/store"
-
 	"github.com/netshim/netshim/pkg/dockerservice/stats"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // PodSandboxStats reports one sandbox's usage. A sandbox known only from

@@ -12,7 +12,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/internal/testutil"
-
 	"github.com/netshim/netshim/pkg/dockerservice/stats"
 )
 

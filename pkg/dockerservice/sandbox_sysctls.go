@@ -15,9 +15,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
-	"github.com/netshim/netshim/pkg/podns"
-
 	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
+	"github.com/netshim/netshim/pkg/podns"
 )
 
 // A pod's sysctls and its network (docs/design/sandbox-modes.md, "Sysctls

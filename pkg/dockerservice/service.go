@@ -21,18 +21,16 @@ import (
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/crilog"
 	"github.com/netshim/netshim/pkg/dockerservice/engine"
+	"github.com/netshim/netshim/pkg/dockerservice/events"
 	"github.com/netshim/netshim/pkg/dockerservice/images"
 	"github.com/netshim/netshim/pkg/dockerservice/index"
 	"github.com/netshim/netshim/pkg/dockerservice/podstate"
+	"github.com/netshim/netshim/pkg/dockerservice/stats"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/layerusage"
 	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/network"
 	"github.com/netshim/netshim/pkg/podns"
-
-	"github.com/netshim/netshim/pkg/dockerservice/stats"
-
-	"github.com/netshim/netshim/pkg/dockerservice/events"
 )
 
 // DefaultImagePullProgressDeadline is how long a pull may go without a

@@ -10,12 +10,11 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"k8s.io/klog/v2"
 
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 	"github.com/netshim/netshim/pkg/dockerservice/index"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
-	"github.com/netshim/netshim/pkg/dockerservice/store"
-
-	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 	"github.com/netshim/netshim/pkg/dockerservice/stats"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // The index (pkg/dockerservice/index) follows Docker's events stream and

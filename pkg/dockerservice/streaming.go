@@ -10,9 +10,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
-	"github.com/netshim/netshim/pkg/dockerservice/store"
-
 	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
 )
 
 // StreamingServer hands out the URLs of exec, attach and port-forward
