@@ -82,7 +82,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		StopSignal: stopSignal,
 	})
 	if err != nil {
-		return nil, err
+		return nil, crirpc.WithCode(codes.InvalidArgument, err)
 	}
 	apiVersion, err := ds.engine.APIVersion(ctx)
 	if err != nil {
@@ -124,9 +124,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 
 	created, err := ds.createOwned(ctx, config, hc, name, func(rec *store.Record) {
 		rec.ImageID = img.ID
-		if rec.Container != nil {
-			rec.Container = rec.Container.WithResources(dockerspec.ResourcesFromHostConfig(hc))
-		}
+		rec.Container = withLimits(rec.Container, hc)
 	})
 	switch {
 	case errdefs.IsConflict(err):

@@ -178,6 +178,16 @@ func recordFromInspectAdopting(c container.InspectResponse) *store.Record {
 	return nil
 }
 
+// withLimits is a container's decoded labels completed with its current
+// limits, from its HostConfig: UpdateContainerResources changes them, and
+// labels cannot follow. Either nil leaves ctr as it is.
+func withLimits(ctr *labelcodec.Container, hc *container.HostConfig) *labelcodec.Container {
+	if ctr == nil || hc == nil {
+		return ctr
+	}
+	return ctr.WithResources(dockerspec.ResourcesFromHostConfig(hc))
+}
+
 // newRecord is the index record of a sandbox (sb set) or a workload
 // container (ctr set), with its decoded labels.
 func newRecord(c container.InspectResponse, sb *labelcodec.Sandbox, ctr *labelcodec.Container, sandboxID string) *store.Record {
@@ -185,11 +195,7 @@ func newRecord(c container.InspectResponse, sb *labelcodec.Sandbox, ctr *labelco
 	kind := store.KindSandbox
 	if ctr != nil {
 		kind = store.KindContainer
-		if c.HostConfig != nil {
-			// The current limits, which UpdateContainerResources
-			// changes and labels cannot follow.
-			ctr = ctr.WithResources(dockerspec.ResourcesFromHostConfig(c.HostConfig))
-		}
+		ctr = withLimits(ctr, c.HostConfig)
 	}
 	r := &store.Record{
 		ID:           c.ID,
