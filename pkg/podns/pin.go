@@ -40,8 +40,10 @@ func (k Kind) cloneFlag() (int, error) {
 		return unix.CLONE_NEWIPC, nil
 	case UTS:
 		return unix.CLONE_NEWUTS, nil
+	case User:
+		return unix.CLONE_NEWUSER, nil
 	}
-	return 0, fmt.Errorf("namespace kind %q cannot be pinned (want net, ipc or uts)", string(k))
+	return 0, fmt.Errorf("namespace kind %q cannot be pinned (want net, ipc, uts or user)", string(k))
 }
 
 // ociType is the kind's name in an OCI runtime config's linux.namespaces.
@@ -83,6 +85,9 @@ func (p *Pinner) Pin(name string, kinds ...Kind) (Paths, error) {
 	}
 	flags := 0
 	for _, k := range kinds {
+		if k == User {
+			return nil, errors.New("a user namespace is pinned with PinUser, which gives it its id maps")
+		}
 		f, err := k.cloneFlag()
 		if err != nil {
 			return nil, err

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 )
 
@@ -14,28 +17,83 @@ type ociNamespace struct {
 }
 
 // ApplyToConfig edits an OCI runtime config (a bundle's config.json) as
-// the marker in its process.env asks: accept reads the marker's value
-// (Verifier.Accept) and says which namespaces it names, each of which gets
-// its pinned path in linux.namespaces, and the marker leaves the
-// environment. A config without the marker comes back unchanged (false).
-// Every member the edit does not touch keeps its bytes.
-func ApplyToConfig(config []byte, accept func(value string) (Paths, error)) ([]byte, bool, error) {
+// the marker in its process.env asks, and returns the marker accept read
+// from it (Verifier.Accept), for what the config cannot say (the idmapped
+// rootfs of a container in a user namespace):
+//
+//   - each pinned namespace gets its path in linux.namespaces, and the
+//     sysctls of its kind leave linux.sysctl (dropSysctlsOf); with the
+//     netns, Docker's libnetwork hook goes (dropLibnetworkHooks);
+//   - with a user namespace, linux.uidMappings and gidMappings go: runc
+//     reads the maps from the namespace it joins, and warns when given
+//     both;
+//   - each bind mount whose destination the marker lists as idmapped gets
+//     the namespace's maps (the mount's uidMappings and gidMappings,
+//     which runc makes an idmapped mount of); a destination no bind mount
+//     has is an error, as a mount kubelet asked for and did not get;
+//   - with StrictGroups, process.user.additionalGids keeps only the
+//     process's gid and the marker's Groups (strictGroups);
+//   - the marker leaves the environment.
+//
+// A config without the marker comes back unchanged (false). Every member
+// the edit does not touch keeps its bytes.
+func ApplyToConfig(config []byte, accept func(value string) (Marker, error)) ([]byte, Marker, bool, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(config, &top); err != nil {
-		return nil, false, fmt.Errorf("parsing the runtime config: %w", err)
+		return nil, Marker{}, false, fmt.Errorf("parsing the runtime config: %w", err)
 	}
 	proc, env, value, found, err := takeMarker(top["process"])
 	if err != nil || !found {
-		return config, false, err
+		return config, Marker{}, false, err
 	}
-	paths, err := accept(value)
+	m, err := accept(value)
 	if err != nil {
-		return nil, false, err
+		return nil, Marker{}, false, err
 	}
+	if len(m.Paths) > 0 {
+		if top["linux"], err = applyToLinux(top["linux"], m.Paths); err != nil {
+			return nil, Marker{}, false, err
+		}
+	}
+	if _, ok := m.Paths[Net]; ok {
+		if top["hooks"], err = dropLibnetworkHooks(top["hooks"]); err != nil {
+			return nil, Marker{}, false, err
+		}
+		if top["hooks"] == nil {
+			delete(top, "hooks")
+		}
+	}
+	if len(m.IDMapMounts) > 0 {
+		if top["mounts"], err = idmapMounts(top["mounts"], m); err != nil {
+			return nil, Marker{}, false, err
+		}
+	}
+	if m.StrictGroups {
+		if proc["user"], err = strictGroups(proc["user"], m.Groups); err != nil {
+			return nil, Marker{}, false, err
+		}
+	}
+	if proc["env"], err = json.Marshal(env); err != nil {
+		return nil, Marker{}, false, err
+	}
+	if top["process"], err = json.Marshal(proc); err != nil {
+		return nil, Marker{}, false, err
+	}
+	out, err := json.Marshal(top)
+	if err != nil {
+		return nil, Marker{}, false, err
+	}
+	return out, m, true, nil
+}
+
+// applyToLinux puts the pinned paths in an OCI config's linux section:
+// linux.namespaces, without the sysctls of their kinds, and without
+// linux's own id maps when the user namespace is pinned.
+func applyToLinux(raw json.RawMessage, paths Paths) (json.RawMessage, error) {
 	var linux map[string]json.RawMessage
-	if raw, ok := top["linux"]; ok && !isNull(raw) {
+	if len(raw) > 0 && !isNull(raw) {
 		if err := json.Unmarshal(raw, &linux); err != nil {
-			return nil, false, fmt.Errorf("parsing the runtime config's linux: %w", err)
+			return nil, fmt.Errorf("parsing the runtime config's linux: %w", err)
 		}
 	}
 	if linux == nil {
@@ -44,46 +102,182 @@ func ApplyToConfig(config []byte, accept func(value string) (Paths, error)) ([]b
 	var nss []ociNamespace
 	if raw, ok := linux["namespaces"]; ok && !isNull(raw) {
 		if err := json.Unmarshal(raw, &nss); err != nil {
-			return nil, false, fmt.Errorf("parsing linux.namespaces: %w", err)
+			return nil, fmt.Errorf("parsing linux.namespaces: %w", err)
 		}
 	}
-	for kind, path := range paths {
+	for _, kind := range sortedKinds(paths) {
 		i := 0
 		for ; i < len(nss) && nss[i].Type != kind.ociType(); i++ {
 		}
 		if i == len(nss) {
 			nss = append(nss, ociNamespace{Type: kind.ociType()})
 		}
-		nss[i].Path = path
+		nss[i].Path = paths[kind]
 	}
+	var err error
 	if linux["namespaces"], err = json.Marshal(nss); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if linux["sysctl"], err = dropSysctlsOf(linux["sysctl"], paths); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if linux["sysctl"] == nil {
 		delete(linux, "sysctl")
 	}
-	if _, ok := paths[Net]; ok {
-		if top["hooks"], err = dropLibnetworkHooks(top["hooks"]); err != nil {
-			return nil, false, err
+	if _, ok := paths[User]; ok {
+		// Docker writes them only with userns-remap. The joined
+		// namespace's own maps are the ones that count: runc reads them
+		// from it, and warns when given both.
+		delete(linux, "uidMappings")
+		delete(linux, "gidMappings")
+	}
+	return json.Marshal(linux)
+}
+
+// sortedKinds are the kinds of paths in a fixed order, so that namespaces
+// a config lacks are added in the same order every time.
+func sortedKinds(paths Paths) []Kind {
+	kinds := make([]Kind, 0, len(paths))
+	for k := range paths {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i] < kinds[j] })
+	return kinds
+}
+
+// ociIDMap is a range of an OCI id map (linux.uidMappings, a mount's
+// uidMappings).
+type ociIDMap struct {
+	ContainerID uint32 `json:"containerID"`
+	HostID      uint32 `json:"hostID"`
+	Size        uint32 `json:"size"`
+}
+
+func ociIDMaps(ms []IDMap) []ociIDMap {
+	out := make([]ociIDMap, len(ms))
+	for i, m := range ms {
+		out[i] = ociIDMap(m)
+	}
+	return out
+}
+
+// idmapMounts gives the bind mounts of an OCI config's mounts whose
+// destinations m lists the maps of m's user namespace, which makes runc
+// mount them idmapped: what the container's root writes there lands on
+// the node as the source's root, as kubelet asked with a CRI mount's
+// uidMappings. Only bind mounts: the kernel idmaps a bind's mount, not a
+// new filesystem's. A listed destination that no bind mount has is an
+// error naming it.
+func idmapMounts(raw json.RawMessage, m Marker) (json.RawMessage, error) {
+	want := map[string]bool{}
+	for _, d := range m.IDMapMounts {
+		want[filepath.Clean(d)] = false
+	}
+	var mounts []json.RawMessage
+	if len(raw) > 0 && !isNull(raw) {
+		if err := json.Unmarshal(raw, &mounts); err != nil {
+			return nil, fmt.Errorf("parsing mounts: %w", err)
 		}
-		if top["hooks"] == nil {
-			delete(top, "hooks")
+	}
+	uids, err := json.Marshal(ociIDMaps(m.UIDs))
+	if err != nil {
+		return nil, err
+	}
+	gids, err := json.Marshal(ociIDMaps(m.GIDs))
+	if err != nil {
+		return nil, err
+	}
+	for i, rawMount := range mounts {
+		var mount map[string]json.RawMessage
+		if err := json.Unmarshal(rawMount, &mount); err != nil {
+			return nil, fmt.Errorf("parsing mounts[%d]: %w", i, err)
+		}
+		var fields struct {
+			Destination string   `json:"destination"`
+			Type        string   `json:"type"`
+			Options     []string `json:"options"`
+		}
+		if err := json.Unmarshal(rawMount, &fields); err != nil {
+			return nil, fmt.Errorf("parsing mounts[%d]: %w", i, err)
+		}
+		dest := filepath.Clean(fields.Destination)
+		if _, ok := want[dest]; !ok {
+			continue
+		}
+		if fields.Type != "bind" && !slices.Contains(fields.Options, "bind") && !slices.Contains(fields.Options, "rbind") {
+			continue
+		}
+		mount["uidMappings"], mount["gidMappings"] = uids, gids
+		if mounts[i], err = json.Marshal(mount); err != nil {
+			return nil, err
+		}
+		want[dest] = true
+	}
+	var missing []string
+	for d, found := range want {
+		if !found {
+			missing = append(missing, d)
 		}
 	}
-	if top["linux"], err = json.Marshal(linux); err != nil {
-		return nil, false, err
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return nil, fmt.Errorf("%s asks for idmapped mounts at %s, where the runtime config has no bind mount", EnvKey, strings.Join(missing, ", "))
 	}
-	if proc["env"], err = json.Marshal(env); err != nil {
-		return nil, false, err
+	return json.Marshal(mounts)
+}
+
+// strictGroups applies SupplementalGroupsPolicy Strict to an OCI
+// process's user: its additionalGids keep the ids Docker put there that
+// are the process's gid or one of groups, and every id of groups Docker
+// did not put there is added. Docker's list holds the CRI's supplemental
+// groups (its GroupAdd) and the groups the image's /etc/group gives the
+// user; Strict wants the latter gone. The user comes back unchanged (its
+// bytes) when nothing changes.
+func strictGroups(raw json.RawMessage, groups []uint32) (json.RawMessage, error) {
+	var user map[string]json.RawMessage
+	if len(raw) > 0 && !isNull(raw) {
+		if err := json.Unmarshal(raw, &user); err != nil {
+			return nil, fmt.Errorf("parsing process.user: %w", err)
+		}
 	}
-	if top["process"], err = json.Marshal(proc); err != nil {
-		return nil, false, err
+	var ids struct {
+		GID            uint32   `json:"gid"`
+		AdditionalGids []uint32 `json:"additionalGids"`
 	}
-	out, err := json.Marshal(top)
-	return out, err == nil, err
+	if len(raw) > 0 && !isNull(raw) {
+		if err := json.Unmarshal(raw, &ids); err != nil {
+			return nil, fmt.Errorf("parsing process.user: %w", err)
+		}
+	}
+	allowed := map[uint32]bool{ids.GID: true}
+	for _, g := range groups {
+		allowed[g] = true
+	}
+	kept := []uint32{}
+	seen := map[uint32]bool{}
+	for _, g := range ids.AdditionalGids {
+		if allowed[g] && !seen[g] {
+			kept = append(kept, g)
+			seen[g] = true
+		}
+	}
+	for _, g := range groups {
+		if !seen[g] {
+			kept = append(kept, g)
+			seen[g] = true
+		}
+	}
+	if slices.Equal(kept, ids.AdditionalGids) {
+		return raw, nil
+	}
+	if user == nil {
+		user = map[string]json.RawMessage{}
+	}
+	var err error
+	if user["additionalGids"], err = json.Marshal(kept); err != nil {
+		return nil, err
+	}
+	return json.Marshal(user)
 }
 
 // dropSysctlsOf removes from an OCI config's linux.sysctl those of the
@@ -175,19 +369,43 @@ func dropLibnetworkHooks(raw json.RawMessage) (json.RawMessage, error) {
 	return json.Marshal(hooks)
 }
 
-// StripFromProcess removes the marker from an OCI process (the file of
-// `runc exec --process`): Docker builds an exec's environment from the
-// container's, so it would carry the marker into the exec otherwise.
-func StripFromProcess(process []byte) ([]byte, bool, error) {
-	proc, env, _, found, err := takeMarker(process)
+// ApplyToProcess edits an OCI process (the file of `runc exec
+// --process`) as the marker in its env asks: Docker builds an exec's
+// environment from the container's, so the marker the container was
+// created with comes with it. It leaves the environment; with
+// StrictGroups, user.additionalGids is filtered as ApplyToConfig does
+// (Docker lists the image's /etc/group memberships for an exec too).
+// accept reads the marker (Verifier.Accept): only a signed one is
+// trusted for its groups, and an unsigned one that asks something is an
+// error, since no container created through the wrapper carries one. A
+// process without the marker comes back unchanged (false).
+func ApplyToProcess(process []byte, accept func(value string) (Marker, error)) ([]byte, bool, error) {
+	proc, env, value, found, err := takeMarker(process)
 	if err != nil || !found {
 		return process, false, err
+	}
+	if value != "" {
+		if !strings.Contains(value, macSep) {
+			return nil, false, fmt.Errorf("%s carries no netshim signature in an exec's process: the container could not have been created with it; refusing the exec", EnvKey)
+		}
+		m, err := accept(value)
+		if err != nil {
+			return nil, false, err
+		}
+		if m.StrictGroups {
+			if proc["user"], err = strictGroups(proc["user"], m.Groups); err != nil {
+				return nil, false, err
+			}
+		}
 	}
 	if proc["env"], err = json.Marshal(env); err != nil {
 		return nil, false, err
 	}
 	out, err := json.Marshal(proc)
-	return out, err == nil, err
+	if err != nil {
+		return nil, false, err
+	}
+	return out, true, nil
 }
 
 // takeMarker parses an OCI process and returns it with its environment
