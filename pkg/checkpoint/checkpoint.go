@@ -85,6 +85,10 @@ type PodSandbox struct {
 	// container's own netns. Teardown DELs with it, also after the
 	// container is gone, and then removes it.
 	NetNS string `json:"netns,omitempty"`
+	// UserNS is the pod's own user namespace (hostUsers: false), pinned
+	// beside NetNS, which it owns; every container of the pod joins it.
+	// Removed with NetNS.
+	UserNS string `json:"userns,omitempty"`
 	// Pauseless is set for a sandbox that has no infra container
 	// (--sandbox-netns=pauseless): netshim holds all of its namespaces,
 	// and this checkpoint is the only record of the sandbox. nil for a

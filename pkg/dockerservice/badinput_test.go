@@ -434,9 +434,6 @@ func (f *badInputFixture) cases() []badCase {
 	run("dns search injection", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.DnsConfig.Searches = []string{"svc\nnameserver 6.6.6.6"} }), "search domain")
 	run("dns server not an IP", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.DnsConfig.Servers = []string{"dns.example"} }), "server", "dns.example")
 	run("unknown runtime handler", func(r *runtimeapi.RunPodSandboxRequest) { r.RuntimeHandler = "kata" }, "runtime handler", `"kata"`)
-	run("strict supplemental groups", secOf(func(sc *runtimeapi.LinuxSandboxSecurityContext) {
-		sc.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
-	}), "pod sandbox", "Strict is not supported by the Docker engine")
 	run("relative log directory with ..", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.LogDirectory = "logs/../../etc" }), "log_directory", `"logs/../../etc"`, "absolute")
 	run("relative log directory", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.LogDirectory = "var/log/pods/ns_p_uid" }), "log_directory", `"var/log/pods/ns_p_uid"`, "absolute")
 	run("absolute log directory with ..", cfgOf(func(c *runtimeapi.PodSandboxConfig) { c.LogDirectory = f.logRoot + "/../../etc" }), "log_directory", `".."`)
@@ -448,9 +445,29 @@ func (f *badInputFixture) cases() []badCase {
 	run("negative overhead memory", cfgOf(func(c *runtimeapi.PodSandboxConfig) {
 		c.Linux.Overhead = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -5}
 	}), "pod sandbox overhead", "memory_limit_in_bytes -5")
-	run("user namespace", secOf(func(sc *runtimeapi.LinuxSandboxSecurityContext) {
-		sc.NamespaceOptions = &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}
-	}), "user namespaces")
+	userns := func(u *runtimeapi.UserNamespace) func(*runtimeapi.RunPodSandboxRequest) {
+		return secOf(func(sc *runtimeapi.LinuxSandboxSecurityContext) {
+			sc.NamespaceOptions = &runtimeapi.NamespaceOption{UsernsOptions: u}
+		})
+	}
+	idm := func(c, h, l uint32) []*runtimeapi.IDMapping {
+		return []*runtimeapi.IDMapping{{ContainerId: c, HostId: h, Length: l}}
+	}
+	run("user namespace without maps", userns(&runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}), "user namespace mode POD without uid mappings")
+	run("user namespace of two ranges", userns(&runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: append(idm(0, 1000, 100000), idm(0, 2000, 100000)...), Gids: idm(0, 1000, 100000)}),
+		"2 uid mapping ranges")
+	run("user namespace not mapping root", userns(&runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: idm(1, 1000, 100000), Gids: idm(1, 1000, 100000)}), "container id 0")
+	run("user namespace onto the node's root", userns(&runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: idm(0, 0, 65536), Gids: idm(0, 0, 65536)}), "host id 0")
+	run("user namespace past the last id", userns(&runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: idm(0, 1<<31, 1<<31+1), Gids: idm(0, 65536, 65536)}), "past the largest id")
+	run("user namespace mode CONTAINER", userns(&runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_CONTAINER}), "mode CONTAINER is not supported")
+	run("user namespace mode TARGET", userns(&runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_TARGET}), "mode TARGET is not supported")
+	add("RunPodSandbox", "user namespace where the node has no wrapper", codes.FailedPrecondition, func(ctx context.Context) error {
+		r := &runtimeapi.RunPodSandboxRequest{Config: podConfig("bad")}
+		r.Config.LogDirectory = filepath.Join(f.logRoot, "bad")
+		userns(&runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: idm(0, 65536, 65536), Gids: idm(0, 65536, 65536)})(r)
+		_, err := rt.RunPodSandbox(ctx, r)
+		return err
+	}, "hostUsers: false")
 
 	// CreateContainer: bad sandbox IDs, then bad configs in a good sandbox.
 	create := func(name string, code codes.Code, mutate func(*runtimeapi.CreateContainerRequest), msg ...string) {
@@ -524,9 +541,16 @@ func (f *badInputFixture) cases() []badCase {
 	resources("negative memory", func(r *runtimeapi.LinuxContainerResources) { r.MemoryLimitInBytes = -2 }, "memory_limit_in_bytes -2")
 	resources("bad unified value", func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"pids.max": "-3"} }, "pids.max")
 	resources("swap without memory", func(r *runtimeapi.LinuxContainerResources) { r.MemorySwapLimitInBytes = 64 << 20 }, "needs memory_limit_in_bytes")
-	ctr("strict supplemental groups", func(c *runtimeapi.ContainerConfig) {
-		c.Linux.SecurityContext.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
-	}, "Strict is not supported by the Docker engine")
+	create("strict supplemental groups without the wrapper", codes.FailedPrecondition, func(r *runtimeapi.CreateContainerRequest) {
+		r.Config.Linux.SecurityContext.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
+	}, "Strict needs netshim's OCI wrapper")
+	ctr("idmapped mount in a pod of the node's user namespace", func(c *runtimeapi.ContainerConfig) {
+		c.Mounts = []*runtimeapi.Mount{{HostPath: "/data", ContainerPath: "/data", UidMappings: []*runtimeapi.IDMapping{{HostId: 65536, Length: 65536}}}}
+	}, "idmapped mounts need the pod's own user namespace")
+	ctr("user namespace in a pod of the node's", func(c *runtimeapi.ContainerConfig) {
+		c.Linux.SecurityContext.NamespaceOptions = &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD,
+			Uids: []*runtimeapi.IDMapping{{HostId: 65536, Length: 65536}}, Gids: []*runtimeapi.IDMapping{{HostId: 65536, Length: 65536}}}}
+	}, "runs in the node's")
 	ctr("image volume on API 1.41", func(c *runtimeapi.ContainerConfig) {
 		c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/img", Image: &runtimeapi.ImageSpec{Image: testImageID}}}
 	}, "image volumes need Docker 28 (API 1.48)", "speaks API 1.41")

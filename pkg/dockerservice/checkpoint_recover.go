@@ -62,6 +62,11 @@ func (ds *DockerService) recoverCheckpoint(ctx context.Context, id string, issue
 				cp.NetNS = path
 			}
 		}
+		if path := rec.DockerLabels[labelUserNS]; path != "" {
+			if _, _, owned := ds.pinnerFor(path); owned {
+				cp.UserNS = path
+			}
+		}
 	} else {
 		cp.Name, cp.Namespace, cp.UID = podOfContainers(ds.store().ContainersOf(id))
 	}

@@ -504,9 +504,6 @@ func TestCreateContainerRefusesWhatDockerCannotDo(t *testing.T) {
 		"ambient capabilities": func(c *runtimeapi.ContainerConfig) {
 			sc(c).Capabilities = &runtimeapi.Capability{AddAmbientCapabilities: []string{"NET_RAW"}}
 		},
-		"strict groups": func(c *runtimeapi.ContainerConfig) {
-			sc(c).SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
-		},
 		"relative mount": func(c *runtimeapi.ContainerConfig) {
 			c.Mounts = []*runtimeapi.Mount{{HostPath: "/a", ContainerPath: "rel"}}
 		},

@@ -91,6 +91,19 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 	if err := ds.checkRecursiveReadOnlyMounts(ctx, cfg.GetMounts(), sbInfo.RuntimeHandler, apiVersion); err != nil {
 		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
 	}
+	userns, usernsKey, err := ds.sandboxUserNS(sb, sbInfo)
+	if err != nil {
+		return nil, err
+	}
+	if usernsKey != nil && join.pauseless == nil {
+		// The marker names the user namespace: signed with its
+		// directory's key, which may be an earlier --netns-dir's.
+		join.ociKey = usernsKey
+	}
+	wrapper := ds.wrapperRuntime(sbInfo.RuntimeHandler)
+	if join.runtime == OCIWrapperRuntime {
+		wrapper = join.runtime // a pause-less pod's containers run under it
+	}
 	in := dockerspec.ContainerInput{
 		Config:     cfg,
 		Labels:     labels,
@@ -101,6 +114,10 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		SELinux:    ds.containers.selinux,
 		Pauseless:  join.pauseless,
 		OCIKey:     join.ociKey,
+		KeyDir:     ds.pins.keyDir(),
+		UserNS:     userns,
+		// The wrapper replaces the pod's runtime handler by runc.
+		WrapperRuntime: wrapper,
 		// An infra container's files and cgroup parent, a pause-less
 		// sandbox's cgroup parent.
 		ResolvConfPath: join.resolvConfPath,
@@ -116,10 +133,14 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		return nil, fmt.Errorf("container %s of pod sandbox %s: %w", md.Name, sb.ID, err)
 	}
 	// The pod's runtime handler, checked when its sandbox was run, unless
-	// the sandbox's mode says otherwise.
-	hc.Runtime = sbInfo.RuntimeHandler
-	if join.runtime != "" {
+	// the sandbox's mode or the container's marker (the OCI wrapper, set
+	// by ContainerConfig) says otherwise.
+	switch {
+	case hc.Runtime != "":
+	case join.runtime != "":
 		hc.Runtime = join.runtime
+	default:
+		hc.Runtime = sbInfo.RuntimeHandler
 	}
 
 	created, err := ds.createOwned(ctx, config, hc, name, func(rec *store.Record) {

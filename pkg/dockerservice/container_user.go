@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+	"github.com/netshim/netshim/pkg/podns"
 	"github.com/netshim/netshim/pkg/procutil"
 )
 
@@ -133,5 +134,72 @@ func readProcessUser(procRoot string, pid int) (*runtimeapi.LinuxContainerUser, 
 	if seen != 3 {
 		return nil, errors.New("no Uid, Gid and Groups lines in " + filepath.Join(procRoot, strconv.Itoa(pid), "status"))
 	}
-	return u, nil
+	return inProcessUserns(procRoot, pid, u)
+}
+
+// inProcessUserns translates the node's ids of a process's identity into
+// the ids its user namespace sees (a pod with hostUsers: false): the CRI
+// reports the user as the container knows it, uid 0 for its root. An id
+// the namespace does not map is the kernel's overflow id, 65534, as the
+// process would see it.
+func inProcessUserns(procRoot string, pid int, u *runtimeapi.LinuxContainerUser) (*runtimeapi.LinuxContainerUser, error) {
+	dir := filepath.Join(procRoot, strconv.Itoa(pid))
+	uids, err := readIDMap(filepath.Join(dir, "uid_map"))
+	if err != nil {
+		return nil, err
+	}
+	gids, err := readIDMap(filepath.Join(dir, "gid_map"))
+	if err != nil {
+		return nil, err
+	}
+	if uids == nil && gids == nil {
+		return u, nil // the node's user namespace
+	}
+	in := func(ms []podns.IDMap, id int64) int64 {
+		if c, ok := podns.ContainerOf(ms, uint32(id)); ok {
+			return int64(c)
+		}
+		return overflowID
+	}
+	out := &runtimeapi.LinuxContainerUser{Uid: in(uids, u.Uid), Gid: in(gids, u.Gid)}
+	for _, g := range u.SupplementalGroups {
+		out.SupplementalGroups = append(out.SupplementalGroups, in(gids, g))
+	}
+	return out, nil
+}
+
+// overflowID is the id the kernel shows for one a user namespace does not
+// map (/proc/sys/kernel/overflowuid).
+const overflowID = 65534
+
+// readIDMap reads a uid_map or gid_map file; nil for the identity map of
+// the node's user namespace ("0 0 4294967295"), or a file that does not
+// exist (a kernel without user namespaces).
+func readIDMap(path string) ([]podns.IDMap, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ms []podns.IDMap
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 3 {
+			return nil, fmt.Errorf("%s: line %q: want three numbers", path, strings.TrimSpace(line))
+		}
+		m, err := podns.ParseIDMap(f[0] + ":" + f[1] + ":" + f[2])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		ms = append(ms, m)
+	}
+	if len(ms) == 1 && ms[0] == (podns.IDMap{ContainerID: 0, HostID: 0, Size: 4294967295}) {
+		return nil, nil
+	}
+	return ms, nil
 }

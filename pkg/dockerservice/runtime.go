@@ -99,15 +99,15 @@ func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest
 		// `crictl info`: where new sandboxes' netns comes from, and why;
 		// and the runtime's configuration, under the key and in the shape
 		// containerd uses, which kubeadm reads (runtimeInfoConfig).
-		info = map[string]string{"sandboxNetns": ds.netnsModeInfo(ctx), "config": ds.runtimeInfoConfig()}
+		info = map[string]string{"sandboxNetns": ds.netnsModeInfo(ctx), "config": ds.runtimeInfoConfig(), "userNamespaces": ds.usernsInfo(ctx)}
 	}
 	return &runtimeapi.StatusResponse{
 		Info:   info,
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeReady, networkReady}},
-		// Docker merges the image's groups whatever the pod asks
-		// (dockerspec.ValidateGroupsPolicy), so SupplementalGroupsPolicy is not
-		// supported: kubelet then rejects pods asking for Strict.
-		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: false},
+		// Docker merges the image's groups whatever the pod asks; the
+		// OCI wrapper applies Strict (dockerspec.containerMarker), so the
+		// policy is supported where the engine has a usable wrapper.
+		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: ds.wrapperRuntime("") != ""},
 		RuntimeHandlers: ds.statusRuntimeHandlers(ctx),
 	}, nil
 }

@@ -38,7 +38,13 @@ func (ds *DockerService) statusRuntimeHandlers(ctx context.Context) []*runtimeap
 		wait = statusFirstReadWait
 	}
 	r := ds.engine.Runtimes(ctx, wait)
-	return r.Handlers(ds.engine.LiveAPIVersion(r))
+	hs := r.Handlers(ds.engine.LiveAPIVersion(r))
+	for _, h := range hs {
+		if h.Name == "" {
+			h.Features.UserNamespaces = ds.handlerSupportsUserns(ctx, "")
+		}
+	}
+	return hs
 }
 
 // checkRuntimeHandler refuses, before anything is created, a handler that

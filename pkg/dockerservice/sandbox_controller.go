@@ -6,6 +6,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/podns"
 )
@@ -97,6 +98,8 @@ type sandboxRequest struct {
 	// (dockerCgroupParent).
 	cgroupParent string
 	timer        *stepTimer
+	// userns is the pod's pinned user namespace, once made (pinned mode).
+	userns string
 }
 
 func (r *sandboxRequest) hostNetwork() bool { return podHostNetwork(r.cfg) }
@@ -112,6 +115,11 @@ func podHostNetwork(cfg *runtimeapi.PodSandboxConfig) bool {
 // one place a new pod's mode is decided.
 func (ds *DockerService) chooseSandboxController(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (sandboxController, error) {
 	pinned, err := ds.usePinnedNetNS(ctx, podHostNetwork(cfg), handler)
+	if _, _, userns := dockerspec.PodUserNS(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()); userns && err == nil {
+		// A pod user namespace is pinned with the netns it owns, and
+		// its containers join it through the wrapper.
+		err = ds.usernsSupport(ctx, handler, pinned)
+	}
 	switch {
 	case err != nil:
 		return nil, err

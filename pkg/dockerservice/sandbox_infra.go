@@ -78,6 +78,7 @@ func (c infraSandboxes) create(ctx context.Context, req *sandboxRequest, config 
 		return nil, nil, nil, fmt.Errorf("locking new sandbox %s: %w", id, err)
 	}
 	cp = newSandboxCheckpoint(id, req.cfg, netns)
+	cp.UserNS = req.userns
 	if req.hostNetwork() {
 		// A host-network pod has no pod network to set up.
 		cp.HostNetwork, cp.Setup = true, checkpoint.SetupReady

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/dockerspec"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
@@ -28,18 +29,23 @@ func (c pinnedSandboxes) run(ctx context.Context, req *sandboxRequest) (*runtime
 	if err != nil {
 		return nil, err
 	}
-	paths, done, err := ds.pinSandboxNetNS()
+	uids, gids, _ := dockerspec.PodUserNS(req.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions())
+	paths, done, err := ds.pinSandboxNetNS(uids, gids)
 	if err != nil {
 		return nil, err
 	}
-	netns := paths[podns.Net]
-	// Until the checkpoint names it, the netns is this call's to remove
-	// on every way out, and the start-up sweep's to leave.
+	netns, userns := paths[podns.Net], paths[podns.User]
+	// Until the checkpoint names them, the netns (and user namespace) are
+	// this call's to remove on every way out, and the start-up sweep's to
+	// leave.
 	defer func() {
 		done()
-		if netns != "" {
-			if err := ds.pins.pinner.Remove(netns); err != nil {
-				klog.FromContext(ctx).Error(err, "Failed to remove the pinned netns of a sandbox that was not created", "netns", netns)
+		for _, f := range []string{netns, userns} {
+			if f == "" {
+				continue
+			}
+			if err := ds.pins.pinner.Remove(f); err != nil {
+				klog.FromContext(ctx).Error(err, "Failed to remove a pinned namespace of a sandbox that was not created", "path", f)
 			}
 		}
 	}()
@@ -53,8 +59,15 @@ func (c pinnedSandboxes) run(ctx context.Context, req *sandboxRequest) (*runtime
 	}
 	hostConfig.Sysctls = withoutSysctlsOf(hostConfig.Sysctls, podns.Net)
 	hostConfig.Runtime = OCIWrapperRuntime
-	config.Env = append(config.Env, paths.Env(ds.pins.ociKey))
+	// The pause container joins the pod's user namespace, if it has one:
+	// its IPC, UTS and PID namespaces, which runc makes, are then owned by
+	// it, as the netns is.
+	config.Env = append(config.Env, podns.Marker{Paths: paths, UIDs: uids, GIDs: gids}.Env(ds.pins.ociKey))
 	config.Labels[labelNetNS] = netns
+	if userns != "" {
+		config.Labels[labelUserNS] = userns
+	}
+	req.userns = userns
 	req.timer.step("netns")
 
 	cp, unlock, resp, err := c.create(ctx, req, config, hostConfig, netns)
@@ -62,7 +75,7 @@ func (c pinnedSandboxes) run(ctx context.Context, req *sandboxRequest) (*runtime
 		return resp, err
 	}
 	defer unlock()
-	netns = "" // the checkpoint has it now: undo and teardown remove it
+	netns, userns = "", "" // the checkpoint has them now: undo and teardown remove them
 	if err := c.startWithNetwork(ctx, cp, req.cfg); err != nil {
 		return nil, err
 	}

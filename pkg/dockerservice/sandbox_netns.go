@@ -210,12 +210,18 @@ func (ds *DockerService) pinnerFor(path string) (*podns.Pinner, *podns.Key, bool
 // (checkpoint_recover.go) and keeps the start-up sweep off the file.
 const labelNetNS = labelcodec.Prefix + "netns"
 
-// pinSandboxNetNS makes a new pinned netns for a sandbox being created.
-// Its name is random: the sandbox ID is Docker's, known only after the
-// create, and the path must be in the create's config. Until done is
-// called (once the checkpoint names the file, or it was removed) the
-// start-up sweep leaves it alone.
-func (ds *DockerService) pinSandboxNetNS() (paths podns.Paths, done func(), err error) {
+// labelUserNS names a sandbox's pinned user namespace (hostUsers: false) on
+// its infra container, as labelNetNS its netns.
+const labelUserNS = labelcodec.Prefix + "userns"
+
+// pinSandboxNetNS makes a new pinned netns for a sandbox being created,
+// and for a pod with its own user namespace (uids and gids not empty) that
+// namespace too, which then owns the netns. Its name is random: the
+// sandbox ID is Docker's, known only after the create, and the path must
+// be in the create's config. Until done is called (once the checkpoint
+// names the files, or they were removed) the start-up sweep leaves them
+// alone.
+func (ds *DockerService) pinSandboxNetNS(uids, gids []podns.IDMap) (paths podns.Paths, done func(), err error) {
 	if ds.pins.ociKey == nil {
 		return nil, nil, dockerspec.ErrNoOCIKey
 	}
@@ -224,14 +230,22 @@ func (ds *DockerService) pinSandboxNetNS() (paths podns.Paths, done func(), err 
 		return nil, nil, err
 	}
 	name := "pod-" + hex.EncodeToString(b[:])
-	path := ds.pins.pinner.Path(name, podns.Net)
+	held := []string{ds.pins.pinner.Path(name, podns.Net), ds.pins.pinner.Path(name, podns.User)}
 	ds.pins.pinMu.Lock()
-	ds.pins.pinning[path] = true
-	paths, err = ds.pins.pinner.Pin(name, podns.Net)
+	for _, p := range held {
+		ds.pins.pinning[p] = true
+	}
+	if len(uids) > 0 {
+		paths, err = ds.pins.pinner.PinUser(name, uids, gids, podns.Net)
+	} else {
+		paths, err = ds.pins.pinner.Pin(name, podns.Net)
+	}
 	ds.pins.pinMu.Unlock()
 	done = func() {
 		ds.pins.pinMu.Lock()
-		delete(ds.pins.pinning, path)
+		for _, p := range held {
+			delete(ds.pins.pinning, p)
+		}
 		ds.pins.pinMu.Unlock()
 	}
 	if err != nil {
@@ -307,8 +321,10 @@ func (ds *DockerService) sweepPinnedNetNS() {
 		}
 	}
 	for _, r := range ds.store().List(store.KindSandbox) {
-		if path := r.DockerLabels[labelNetNS]; path != "" {
-			used[path] = true
+		for _, l := range []string{labelNetNS, labelUserNS} {
+			if path := r.DockerLabels[l]; path != "" {
+				used[path] = true
+			}
 		}
 	}
 	removed := 0

@@ -91,7 +91,8 @@ func (c pauselessSandboxes) run(ctx context.Context, req *sandboxRequest) (*runt
 	if err != nil {
 		return nil, err
 	}
-	paths, shm, done, err := ds.pinPauselessNamespaces()
+	uids, gids, _ := dockerspec.PodUserNS(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions())
+	paths, shm, done, err := ds.pinPauselessNamespaces(uids, gids)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +118,7 @@ func (c pauselessSandboxes) run(ctx context.Context, req *sandboxRequest) (*runt
 		pl.DNS = &checkpoint.DNS{Servers: dns.Servers, Searches: dns.Searches, Options: dns.Options}
 	}
 	cp := newSandboxCheckpoint(id, cfg, paths[podns.Net])
+	cp.UserNS = paths[podns.User]
 	cp.Pauseless = pl
 	// The pod's sysctls go into its namespaces now, before the ADD and
 	// before any container (sandbox_sysctls.go): its containers are
@@ -224,9 +226,10 @@ func (ds *DockerService) existingSandboxByName(ctx context.Context, name string,
 }
 
 // pinPauselessNamespaces makes a new sandbox's net, IPC and UTS namespaces
-// and its /dev/shm. Until done is called the start-up sweep leaves them
-// alone; on error nothing is left.
-func (ds *DockerService) pinPauselessNamespaces() (paths podns.Paths, shm string, done func(), err error) {
+// and its /dev/shm, and for a pod with its own user namespace (uids and
+// gids not empty) that namespace, which owns the others. Until done is
+// called the start-up sweep leaves them alone; on error nothing is left.
+func (ds *DockerService) pinPauselessNamespaces(uids, gids []podns.IDMap) (paths podns.Paths, shm string, done func(), err error) {
 	if ds.pins.ociKey == nil {
 		return nil, "", nil, dockerspec.ErrNoOCIKey
 	}
@@ -236,7 +239,7 @@ func (ds *DockerService) pinPauselessNamespaces() (paths podns.Paths, shm string
 	}
 	name := "pod-" + hex.EncodeToString(b[:])
 	kinds := []podns.Kind{podns.Net, podns.IPC, podns.UTS}
-	held := []string{ds.pins.pinner.ShmPath(name)}
+	held := []string{ds.pins.pinner.ShmPath(name), ds.pins.pinner.Path(name, podns.User)}
 	for _, k := range kinds {
 		held = append(held, ds.pins.pinner.Path(name, k))
 	}
@@ -244,7 +247,11 @@ func (ds *DockerService) pinPauselessNamespaces() (paths podns.Paths, shm string
 	for _, p := range held {
 		ds.pins.pinning[p] = true
 	}
-	paths, err = ds.pins.pinner.Pin(name, kinds...)
+	if len(uids) > 0 {
+		paths, err = ds.pins.pinner.PinUser(name, uids, gids, kinds...)
+	} else {
+		paths, err = ds.pins.pinner.Pin(name, kinds...)
+	}
 	if err == nil {
 		shm, err = ds.pins.pinner.MountShm(name, pauselessShmSize)
 		if err != nil {
@@ -275,6 +282,9 @@ func pauselessFiles(cp *checkpoint.PodSandbox) []string {
 	var out []string
 	if cp.NetNS != "" {
 		out = append(out, cp.NetNS)
+	}
+	if cp.UserNS != "" {
+		out = append(out, cp.UserNS)
 	}
 	if pl := cp.Pauseless; pl != nil {
 		for _, f := range []string{pl.IPC, pl.UTS, pl.Shm} {

@@ -98,11 +98,12 @@ func (r sandboxRef) checkpointOrLabels() *checkpoint.PodSandbox {
 		return r.cp
 	}
 	md := r.rec.SandboxInfo().Metadata
-	// A pinned netns is named on the container too (sandbox_netns.go):
+	// A pinned netns (and user namespace) is named on the container too
+	// (sandbox_netns.go):
 	// a sandbox whose checkpoint was never written (netshim killed
 	// between the create and the write) still has its file removed.
 	return &checkpoint.PodSandbox{SandboxID: r.id, Name: md.Name, Namespace: md.Namespace, UID: md.Uid, Attempt: md.Attempt,
-		NetNS: r.rec.DockerLabels[labelNetNS]}
+		NetNS: r.rec.DockerLabels[labelNetNS], UserNS: r.rec.DockerLabels[labelUserNS]}
 }
 
 // StopPodSandbox stops the pod's containers, tears the pod network down and

@@ -104,6 +104,9 @@ type DockerService struct {
 	// pins is the pinning of pod namespaces under --netns-dir
 	// (sandbox_netns.go, sandbox_sysctls.go).
 	pins nsPinning
+	// userns is what this node can do for pods with their own user
+	// namespace (userns.go).
+	userns *usernsCaps
 
 	// pods is netshim's own state of the sandboxes: the checkpoint
 	// mirror, the checkpoints that could not be loaded at start-up
@@ -154,6 +157,7 @@ func NewDockerService(cfg Config, client engine.Client, checkpoints *checkpoint.
 			netSysctlDefaults: engineNetSysctlDefaults(hostHasSysctl),
 		},
 		containers: newContainerRuntime(client, crilog.WithOnRestart(cfg.Metrics.LogFollowerRestarted)),
+		userns:     newUsernsCaps(),
 	}
 	ds.index = ds.newIndex()
 	ds.containers.oom.floor = cfg.OOMScoreAdjFloor

@@ -70,8 +70,18 @@ type ContainerInput struct {
 	// joins its pinned namespaces through the OCI wrapper instead of an
 	// infra container's (container_pauseless.go). nil otherwise.
 	Pauseless *checkpoint.PodSandbox
-	// ociKey signs the marker of a pause-less sandbox's container.
+	// ociKey signs the marker of a container the OCI wrapper runs (a
+	// pause-less sandbox's, one in a pod user namespace, one with Strict
+	// groups); KeyDir is its directory, which signs a marker naming no
+	// namespace.
 	OCIKey *podns.Key
+	KeyDir string
+	// WrapperRuntime is the engine runtime of the OCI wrapper when the
+	// engine has it ("" when not): the runtime of a container whose
+	// marker asks something (containerMarker).
+	WrapperRuntime string
+	// UserNS is the pod's own user namespace; nil for a pod in the node's.
+	UserNS *UserNS
 	// OOMScoreAdj turns the oom_score_adj the CRI asks for into the one
 	// Docker is given (netshim clamps it where its root cannot lower it);
 	// nil keeps it as asked.
@@ -116,12 +126,27 @@ func ContainerConfig(in ContainerInput) (*container.Config, *container.HostConfi
 	}
 	hc.CgroupParent = in.CgroupParent
 
+	var paths podns.Paths
 	if in.Pauseless != nil {
-		if err := setPauselessNamespaces(config, hc, in); err != nil {
+		var err error
+		if paths, err = setPauselessNamespaces(config, hc, in); err != nil {
 			return nil, nil, err
 		}
 	} else if err := setNamespaces(hc, in); err != nil {
 		return nil, nil, err
+	}
+	marker, err := containerMarker(in, paths)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case in.Pauseless != nil:
+		// Always set, even asking nothing: the container runs under the
+		// wrapper, and netshim's entry overrides one the image's ENV has.
+		config.Env = append(config.Env, marker.Env(in.OCIKey))
+	case !marker.Empty():
+		config.Env = append(config.Env, marker.Env(in.OCIKey))
+		hc.Runtime = in.WrapperRuntime
 	}
 	binds, mounts, err := containerMounts(cfg.GetMounts(), in.APIVersion, in.SELinux)
 	if err != nil {
@@ -183,13 +208,12 @@ func setNamespaces(hc *container.HostConfig, in ContainerInput) error {
 		hc.IpcMode = container.IpcMode(sandboxMode)
 	}
 
-	return setPidAndUserns(hc, in, container.PidMode(sandboxMode))
+	return setPid(hc, in, container.PidMode(sandboxMode))
 }
 
-// setPidAndUserns sets the pid namespace the CRI asks for, podPid being
-// the pod's shared one ("" when the sandbox has none), and refuses a user
-// namespace.
-func setPidAndUserns(hc *container.HostConfig, in ContainerInput, podPid container.PidMode) error {
+// setPid sets the pid namespace the CRI asks for, podPid being the pod's
+// shared one ("" when the sandbox has none).
+func setPid(hc *container.HostConfig, in ContainerInput, podPid container.PidMode) error {
 	ns := in.Config.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	switch ns.GetPid() {
 	case runtimeapi.NamespaceMode_NODE:
@@ -217,11 +241,7 @@ func setPidAndUserns(hc *container.HostConfig, in ContainerInput, podPid contain
 	default:
 		return crirpc.InvalidArgf("unknown pid namespace mode %d", ns.GetPid())
 	}
-	// A nil UsernsOptions reads as mode POD (the enum's zero): only an
-	// explicit POD asks for a user namespace.
-	if u := ns.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
-		return crirpc.InvalidArgf("user namespaces are not supported: Docker has no per-pod user namespace")
-	}
+	// The user namespace is the wrapper's to join (containerMarker).
 	return nil
 }
 
@@ -247,9 +267,8 @@ func containerMounts(ms []*runtimeapi.Mount, apiVersion string, selinux bool) (b
 			mounts = append(mounts, mt)
 			continue
 		}
-		if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
-			return nil, nil, crirpc.InvalidArgf("mount %s: id-mapped mounts are not supported (Docker has no per-container user namespace)", m.GetContainerPath())
-		}
+		// A bind's id mappings are the OCI wrapper's to apply
+		// (containerMarker), Docker has none.
 		if !filepath.IsAbs(m.GetContainerPath()) {
 			return nil, nil, crirpc.InvalidArgf("mount %q: the container path must be absolute", m.GetContainerPath())
 		}

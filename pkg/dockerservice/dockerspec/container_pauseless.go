@@ -31,7 +31,7 @@ const devShm = "/dev/shm"
 // pins from the container's config (podns.ApplyToConfig): a sandbox of an
 // earlier netshim had them written by its first containers, and its
 // namespaces keep them.
-func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, in ContainerInput) error {
+func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, in ContainerInput) (podns.Paths, error) {
 	ns := in.Config.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	cp := in.Pauseless
 	pl := cp.Pauseless
@@ -55,12 +55,10 @@ func setPauselessNamespaces(config *container.Config, hc *container.HostConfig, 
 		paths[podns.IPC] = pl.IPC
 	}
 	if len(paths) > 0 && in.OCIKey == nil {
-		return ErrNoOCIKey
+		return nil, ErrNoOCIKey
 	}
-	// Always set, even naming nothing: the container runs under the
-	// wrapper, and netshim's entry overrides one the image's ENV has.
-	config.Env = append(config.Env, paths.Env(in.OCIKey))
-	return setPidAndUserns(hc, in, "")
+	// The marker (ContainerConfig) names them.
+	return paths, setPid(hc, in, "")
 }
 
 // pauselessShmBind binds the pod's /dev/shm into a container of a

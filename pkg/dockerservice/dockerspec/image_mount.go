@@ -56,7 +56,7 @@ func imageVolumeMount(m *runtimeapi.Mount, apiVersion string, seen map[string]bo
 		return mount.Mount{}, crirpc.InvalidArgf("mount %s: an image volume has no host path", dst)
 	}
 	if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
-		return mount.Mount{}, crirpc.InvalidArgf("mount %s: id-mapped mounts are not supported (Docker has no per-container user namespace)", dst)
+		return mount.Mount{}, crirpc.InvalidArgf("mount %s: an image volume cannot be idmapped (netshim idmaps bind mounts only, for a pod with its own user namespace)", dst)
 	}
 	if m.GetPropagation() != runtimeapi.MountPropagation_PROPAGATION_PRIVATE {
 		// Docker's image mounts take no propagation option.

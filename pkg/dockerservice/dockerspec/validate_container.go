@@ -311,17 +311,15 @@ func validateAppArmorProfile(what string, p *runtimeapi.SecurityProfile) error {
 
 func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 }
 
-// ValidateGroupsPolicy refuses SupplementalGroupsPolicy Strict: Docker
+// ValidateGroupsPolicy checks a supplemental groups policy. Docker
 // always merges the groups the image's /etc/group gives the user into the
-// process's (Merge), with no way to turn that off, so Strict would run the
-// pod with groups it asked not to have. Status advertises the feature as
-// unsupported, so kubelet 1.33+ already rejects such pods at admission.
+// process's (Merge); Strict is applied by the OCI wrapper, so a container
+// asking for it needs one (containerMarker). A pod's policy is its
+// containers' default, which kubelet copies into each container.
 func ValidateGroupsPolicy(what string, p runtimeapi.SupplementalGroupsPolicy) error {
 	switch p {
-	case runtimeapi.SupplementalGroupsPolicy_Merge:
+	case runtimeapi.SupplementalGroupsPolicy_Merge, runtimeapi.SupplementalGroupsPolicy_Strict:
 		return nil
-	case runtimeapi.SupplementalGroupsPolicy_Strict:
-		return crirpc.InvalidArgf("%s: supplemental groups policy Strict is not supported by the Docker engine: Docker always adds the groups the image's /etc/group gives the user (Merge); remove supplementalGroupsPolicy: Strict from the pod", what)
 	}
 	return crirpc.InvalidArgf("%s: unknown supplemental groups policy %d", what, p)
 }

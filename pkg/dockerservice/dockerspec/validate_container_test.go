@@ -76,9 +76,6 @@ func TestValidateContainerSpec(t *testing.T) {
 		}), "both limit swap"},
 		{"cpu.max tiny quota", res(func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"cpu.max": "10 100000"} }), "cpu.max"},
 		{"unknown unified key", res(func(r *runtimeapi.LinuxContainerResources) { r.Unified = map[string]string{"io.weight": "default 100"} }), ""},
-		{"strict groups", sec(func(s *runtimeapi.LinuxContainerSecurityContext) {
-			s.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
-		}), "supplemental groups policy Strict is not supported by the Docker engine"},
 		{"unknown groups policy", sec(func(s *runtimeapi.LinuxContainerSecurityContext) { s.SupplementalGroupsPolicy = 9 }), "supplemental groups policy 9"},
 		{"image volume with host path", func(c *runtimeapi.ContainerConfig) {
 			c.Mounts = []*runtimeapi.Mount{{HostPath: "/data", ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: imageID}}}

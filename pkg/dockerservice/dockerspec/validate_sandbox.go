@@ -101,10 +101,20 @@ func ValidateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 		return crirpc.InvalidArgf("network namespace mode %s is not supported for a pod sandbox", ns.GetNetwork())
 	}
 	// A nil UsernsOptions reads as mode POD (the enum's zero): only an
-	// explicit POD asks for a user namespace, which Docker cannot give a
-	// pod; ignoring it would run the pod with the node's user IDs.
-	if u := ns.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
-		return crirpc.InvalidArgf("pod sandbox: user namespaces are not supported: Docker has no per-pod user namespace (set hostUsers: true)")
+	// explicit POD asks for a user namespace. Whether this node can give
+	// one is RunPodSandbox's to say (usernsSupport).
+	if err := ValidateUserNamespace("pod sandbox", ns.GetUsernsOptions()); err != nil {
+		return err
+	}
+	if _, _, ok := PodUserNS(ns); ok {
+		for _, m := range []struct {
+			kind string
+			mode runtimeapi.NamespaceMode
+		}{{"network", ns.GetNetwork()}, {"pid", ns.GetPid()}, {"ipc", ns.GetIpc()}} {
+			if m.mode == runtimeapi.NamespaceMode_NODE {
+				return crirpc.InvalidArgf("pod sandbox: a pod with its own user namespace (hostUsers: false) cannot use the node's %s namespace", m.kind)
+			}
+		}
 	}
 	if err := validateSysctls(linux.GetSysctls(), ns); err != nil {
 		return err

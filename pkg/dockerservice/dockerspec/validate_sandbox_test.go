@@ -26,6 +26,14 @@ func TestValidateSandboxConfig(t *testing.T) {
 			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{Seccomp: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: ref}}
 		}
 	}
+	idm := func(c, h, l uint32) []*runtimeapi.IDMapping {
+		return []*runtimeapi.IDMapping{{ContainerId: c, HostId: h, Length: l}}
+	}
+	userns := func(mode runtimeapi.NamespaceMode, uids, gids []*runtimeapi.IDMapping) func(*runtimeapi.PodSandboxConfig) {
+		return func(c *runtimeapi.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: mode, Uids: uids, Gids: gids}}}
+		}
+	}
 	cases := []struct {
 		name   string
 		mutate []func(*runtimeapi.PodSandboxConfig)
@@ -81,9 +89,24 @@ func TestValidateSandboxConfig(t *testing.T) {
 		{"unknown pid mode", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) {
 			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Pid: 9}}
 		}}, "pid namespace mode 9"},
-		{"user namespace", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) {
-			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}}
-		}}, "user namespaces"},
+		{"user namespace as kubelet sends it", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_POD, idm(0, 65536, 65536), idm(0, 65536, 65536))}, ""},
+		{"user namespace as critest sends it", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_POD, idm(0, 1000, 100000), idm(0, 1000, 100000))}, ""},
+		{"user namespace NODE", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_NODE, nil, nil)}, ""},
+		{"user namespace POD without maps", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_POD, nil, nil)}, "without uid mappings"},
+		{"user namespace POD without gid maps", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_POD, idm(0, 65536, 65536), nil)}, "without gid mappings"},
+		{"user namespace two ranges", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_POD, append(idm(0, 1000, 100000), idm(0, 2000, 100000)...), idm(0, 1000, 100000))}, "2 uid mapping ranges"},
+		{"user namespace root not mapped", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_POD, idm(1, 1000, 100000), idm(1, 1000, 100000))}, "must map container id 0"},
+		{"user namespace onto node root", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_POD, idm(0, 0, 65536), idm(0, 0, 65536))}, "onto the node's root"},
+		{"user namespace empty range", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_POD, idm(0, 65536, 0), idm(0, 65536, 0))}, "length 0"},
+		{"user namespace too long", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_POD, idm(0, 65536, 4294967295), idm(0, 65536, 65536))}, "past the largest id"},
+		{"user namespace NODE with maps", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_NODE, idm(0, 65536, 65536), idm(0, 65536, 65536))}, "mode NODE with id mappings"},
+		{"user namespace CONTAINER", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_CONTAINER, nil, nil)}, "mode CONTAINER is not supported"},
+		{"user namespace TARGET", []func(*runtimeapi.PodSandboxConfig){userns(runtimeapi.NamespaceMode_TARGET, nil, nil)}, "mode TARGET is not supported"},
+		{"user namespace unknown mode", []func(*runtimeapi.PodSandboxConfig){userns(7, nil, nil)}, "unknown user namespace mode 7"},
+		{"user namespace with host network", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE,
+				UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: idm(0, 65536, 65536), Gids: idm(0, 65536, 65536)}}}
+		}}, "cannot use the node's network namespace"},
 		{"seccomp relative", []func(*runtimeapi.PodSandboxConfig){seccomp("profiles/a.json")}, "seccomp profile"},
 		{"seccomp traversal", []func(*runtimeapi.PodSandboxConfig){seccomp("/var/lib/kubelet/seccomp/../../../../etc/shadow")}, "seccomp profile"},
 		{"seccomp unknown type", []func(*runtimeapi.PodSandboxConfig){func(c *runtimeapi.PodSandboxConfig) {

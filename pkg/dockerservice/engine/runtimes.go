@@ -77,6 +77,18 @@ type Runtimes struct {
 	// HasWrapper says the engine has netshim's OCI runtime wrapper,
 	// OCIWrapperRuntime (not in Names: it is no handler).
 	HasWrapper bool
+	// WrapperPath and WrapperArgs are the wrapper's registration (path
+	// and runtimeArgs), with which netshim asks it for its runc's
+	// features when Docker does not report them (before Docker 25).
+	WrapperPath string
+	WrapperArgs []string
+	// WrapperFeatures is the wrapper's OCI features document as Docker
+	// reported it (Docker 25+, which runs `features` as it runs the
+	// runtime); nil when not reported.
+	WrapperFeatures []byte
+	// DataRoot is the engine's data root (docker info's DockerRootDir),
+	// where its images' layers are.
+	DataRoot string
 	// WrapperMisuse, if not empty, says how the engine runs the wrapper
 	// as something else than OCIWrapperRuntime: as its default runtime or
 	// under another name, where it would run containers netshim did not
@@ -88,10 +100,29 @@ type Runtimes struct {
 // (runtime-spec features.md) netshim reads.
 type ociFeatures struct {
 	MountOptions []string `json:"mountOptions"`
+	Linux        struct {
+		MountExtensions struct {
+			IDMap struct {
+				Enabled *bool `json:"enabled"`
+			} `json:"idmap"`
+		} `json:"mountExtensions"`
+	} `json:"linux"`
+}
+
+// ParseIDMapFeature reads from an OCI features document (`runc features`)
+// whether the runtime makes idmapped mounts: runc 1.2 and later say so;
+// runc 1.1's document has no such member (false).
+func ParseIDMapFeature(doc []byte) (bool, error) {
+	var f ociFeatures
+	if err := json.Unmarshal(doc, &f); err != nil {
+		return false, fmt.Errorf("reading the runtime's OCI features: %w", err)
+	}
+	e := f.Linux.MountExtensions.IDMap.Enabled
+	return e != nil && *e, nil
 }
 
 func newRuntimes(info system.Info, apiVersion string, at time.Time) *Runtimes {
-	r := &Runtimes{at: at, DefaultRuntime: info.DefaultRuntime, kernel: info.KernelVersion, apiVersion: apiVersion, features: map[string]ociFeatures{}}
+	r := &Runtimes{at: at, DefaultRuntime: info.DefaultRuntime, kernel: info.KernelVersion, apiVersion: apiVersion, features: map[string]ociFeatures{}, DataRoot: info.DockerRootDir}
 	if major, minor, ok := parseKernelVersion(info.KernelVersion); ok {
 		r.kernelKnown = true
 		r.kernelOK = major > rroMinKernelMajor || major == rroMinKernelMajor && minor >= rroMinKernelMinor
@@ -101,6 +132,10 @@ func newRuntimes(info system.Info, apiVersion string, at time.Time) *Runtimes {
 			// netshim's own (sandbox_netns.go): kept apart, so that
 			// Status does not offer it as a RuntimeClass handler.
 			r.HasWrapper = true
+			r.WrapperPath, r.WrapperArgs = rt.Path, rt.Args
+			if doc, ok := rt.Status[ociFeaturesKey]; ok {
+				r.WrapperFeatures = []byte(doc)
+			}
 			continue
 		}
 		r.Names = append(r.Names, name)
@@ -281,7 +316,9 @@ func (r *Runtimes) Handlers(apiVersion string) []*runtimeapi.RuntimeHandler {
 			Name: n,
 			Features: &runtimeapi.RuntimeHandlerFeatures{
 				RecursiveReadOnlyMounts: rro == Supported,
-				// Docker has no per-container user namespace.
+				// Docker has no per-container user namespace; netshim's
+				// OCI wrapper gives one to the default handler's pods
+				// where it can (dockerservice's Status sets it).
 				UserNamespaces: false,
 			},
 		})
