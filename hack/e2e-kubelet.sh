@@ -94,6 +94,9 @@ if [[ -z "${NETSHIM_BIN:-}" ]]; then
 fi
 # The OCI wrapper hack/dockerd.sh's engine has as runtime netshim-oci (pinned netns).
 "$GO" build -o "$OUT/netshim-oci" ./cmd/netshim-oci
+# The runc the wrapper execs in the private engine: 1.4.3, which makes the
+# idmapped mounts of the pod with hostUsers: false (Debian's 1.1.5 cannot).
+"$ROOT/hack/docker29.sh" build-runc
 "$ROOT/hack/build-crictl.sh" crictl
 KUBELET="$OUT/kubelet-$KUBELET_MINOR"
 "$ROOT/hack/build-kubelet.sh" build "$KUBELET_MINOR"
@@ -121,7 +124,8 @@ fi
 # The test binary sets up the world, runs the checks, cleans up and prints
 # the summary. It runs in the background so that a SIGTERM or SIGINT for
 # this script reaches it (it then cleans up and exits).
-E2E_KUBELET_MINOR="$KUBELET_MINOR" \
+E2E_OCI_RUNC="$OUT/docker29/bin/runc" \
+  E2E_KUBELET_MINOR="$KUBELET_MINOR" \
   E2E_KUBELET_FEATURE_GATES="$FEATURE_GATES" \
   E2E_KUBELET_ARTIFACTS="$ARTIFACTS" \
   E2E_KUBELET_STATE="$OUT/e2e-kubelet.state" \

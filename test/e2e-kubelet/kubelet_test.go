@@ -38,10 +38,15 @@ import (
 )
 
 const (
-	podName     = "kubelet-e2e"
-	webName     = "web"
-	crasherName = "crasher"
-	busyName    = "busy"
+	podName = "kubelet-e2e"
+	// usernsPodName is the static pod with hostUsers: false and
+	// supplementalGroupsPolicy: Strict; usernsGroup its one group.
+	usernsPodName = "kubelet-e2e-userns"
+	usernsName    = "userns"
+	usernsGroup   = 1234
+	webName       = "web"
+	crasherName   = "crasher"
+	busyName      = "busy"
 	// busyFillBytes is what busy writes to its writable layer.
 	busyFillBytes = 2 << 20
 	// bigBytes is the size of the file web serves for network traffic.
@@ -189,19 +194,60 @@ func (e *env) manifest() ([]byte, error) {
 
 func (e *env) manifestPath() string { return filepath.Join(e.staticDir, podName+".yaml") }
 
-// writeManifest writes the manifest atomically: kubelet ignores dot files,
-// so it never reads a partial one.
+// usernsManifest is the second static pod: its own user namespace
+// (hostUsers: false) and exactly the groups it asks for
+// (supplementalGroupsPolicy: Strict); its container writes to its image's
+// /etc, which only an idmapped image lets its root do.
+func (e *env) usernsManifest() ([]byte, error) {
+	pod := map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Pod",
+		"metadata":   map[string]any{"name": usernsPodName, "namespace": e.namespace},
+		"spec": map[string]any{
+			"hostUsers":                     false,
+			"restartPolicy":                 "Always",
+			"dnsPolicy":                     "Default",
+			"terminationGracePeriodSeconds": 2,
+			"securityContext": map[string]any{
+				"supplementalGroupsPolicy": "Strict",
+				"supplementalGroups":       []int{usernsGroup},
+			},
+			"containers": []any{map[string]any{
+				"name":            usernsName,
+				"image":           e.image,
+				"imagePullPolicy": "Never",
+				"command":         []string{"sh", "-c", "echo written >/etc/userns-ok && exec sleep 3600"},
+			}},
+		},
+	}
+	return json.MarshalIndent(pod, "", "  ")
+}
+
+func (e *env) usernsManifestPath() string {
+	return filepath.Join(e.staticDir, usernsPodName+".yaml")
+}
+
+// writeManifest writes the manifests atomically: kubelet ignores dot
+// files, so it never reads a partial one.
 func (e *env) writeManifest() error {
-	data, err := e.manifest()
-	if err != nil {
-		return err
+	for _, m := range []struct {
+		name, path string
+		make       func() ([]byte, error)
+	}{{podName, e.manifestPath(), e.manifest}, {usernsPodName, e.usernsManifestPath(), e.usernsManifest}} {
+		data, err := m.make()
+		if err != nil {
+			return err
+		}
+		_ = os.WriteFile(filepath.Join(e.artifacts, m.name+".json"), data, 0o644)
+		tmp := filepath.Join(e.staticDir, "."+m.name+".tmp")
+		if err := os.WriteFile(tmp, data, 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, m.path); err != nil {
+			return err
+		}
 	}
-	_ = os.WriteFile(filepath.Join(e.artifacts, "static-pod.json"), data, 0o644)
-	tmp := filepath.Join(e.staticDir, "."+podName+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, e.manifestPath())
+	return nil
 }
 
 // kubelet's static pod is named after the manifest's pod and the node.
@@ -294,7 +340,10 @@ func httpGet(c *http.Client, url string) (string, error) {
 
 // kubeletPod returns kubelet's view of the test pod (nil when kubelet does not
 // list it) and the raw answer of /pods.
-func (e *env) kubeletPod() (*kubeletPod, []byte, error) {
+func (e *env) kubeletPod() (*kubeletPod, []byte, error) { return e.kubeletPodNamed(podName) }
+
+// kubeletPodNamed is kubeletPod for the static pod of a manifest's name.
+func (e *env) kubeletPodNamed(name string) (*kubeletPod, []byte, error) {
 	body, err := httpGet(kubeletClient, e.kubeletURL+"/pods")
 	if err != nil {
 		return nil, nil, err
@@ -305,7 +354,7 @@ func (e *env) kubeletPod() (*kubeletPod, []byte, error) {
 	}
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.Metadata.Namespace == e.namespace && p.Metadata.Name == e.mirrorName() {
+		if p.Metadata.Namespace == e.namespace && p.Metadata.Name == name+"-"+e.node {
 			return p, []byte(body), nil
 		}
 	}
@@ -415,8 +464,12 @@ func (e *env) observe(c *cri, o *observation) {
 		o.lastErr = err
 	}
 	// kubelet makes a new sandbox (attempt+1) if one dies: follow the newest.
+	// The user namespace pod is checked on its own (checkUsernsPod).
 	var sb *runtimeapi.PodSandbox
 	for _, s := range sbs {
+		if s.GetMetadata().GetName() != e.mirrorName() {
+			continue
+		}
 		if sb == nil || s.GetMetadata().GetAttempt() > sb.GetMetadata().GetAttempt() {
 			sb = s
 		}
@@ -637,6 +690,9 @@ func TestKubeletStaticPod(t *testing.T) {
 			o.restartCount, o.maxAttempt[crasherName], o.exitCodes[crasherName], crasherExit, why())))
 	}
 
+	// 2b. The pod with hostUsers: false and Strict groups runs.
+	r.check("userns-pod", e.checkUsernsPod(c))
+
 	// 5. Logs: CRI format under the pod logs dir, and through kubelet.
 	r.check("logs-cri-format", e.checkLogFiles(o))
 	r.check("logs-kubelet", e.checkKubeletLogs())
@@ -759,6 +815,11 @@ func (e *env) checkHostPort(o *observation) outcome {
 }
 
 func (e *env) checkTeardown(c *cri, o *observation) outcome {
+	// Both pods at once: kubelet's container GC, which the wait is
+	// mostly for, removes them in the same passes.
+	if err := os.Remove(e.usernsManifestPath()); err != nil {
+		return fail(fmt.Errorf("removing the user namespace pod's manifest: %w", err))
+	}
 	if err := os.Remove(e.manifestPath()); err != nil {
 		return fail(fmt.Errorf("removing the manifest: %w", err))
 	}
@@ -837,4 +898,85 @@ func (e *env) checkIPReleased(o *observation) outcome {
 		return fail(fmt.Errorf("host-local (%s) still holds %v (the pod had %s)", e.ipamDir, held, o.podIP))
 	}
 	return pass(fmt.Sprintf("%s no longer allocated in %s", o.podIP, e.ipamDir))
+}
+
+// checkUsernsPod waits for the static pod with hostUsers: false to run,
+// then checks through the CRI what its container is: root inside a user
+// namespace mapping it to an unprivileged range of the node (the one
+// kubelet chose, of 65536 ids), with exactly its gid and the pod's group
+// (Strict), as ContainerStatus reports too, and its write to the image's
+// /etc went through.
+func (e *env) checkUsernsPod(c *cri) outcome {
+	var ctr *runtimeapi.Container
+	var lastErr error
+	if !harness.Eventually(runDeadline, func() bool {
+		ctr, lastErr = e.usernsContainer(c)
+		return ctr != nil
+	}) {
+		p, _, _ := e.kubeletPodNamed(usernsPodName)
+		return fail(fmt.Errorf("container %s of %s never running (last error: %v); kubelet: %s", usernsName, usernsPodName, lastErr, p.describe()))
+	}
+	exec := func(cmd ...string) (string, error) {
+		ctx, cancel := callCtx()
+		defer cancel()
+		resp, err := c.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: ctr.Id, Cmd: cmd, Timeout: 10})
+		if err != nil {
+			return "", err
+		}
+		if resp.ExitCode != 0 {
+			return "", fmt.Errorf("%v: exit %d: %s", cmd, resp.ExitCode, resp.Stderr)
+		}
+		return strings.TrimSpace(string(resp.Stdout)), nil
+	}
+	var bad []string
+	uidMap, err := exec("cat", "/proc/self/uid_map")
+	f := strings.Fields(uidMap)
+	if err != nil || len(f) != 3 || f[0] != "0" || f[1] == "0" || f[2] != "65536" {
+		bad = append(bad, fmt.Sprintf("uid_map %q (%v), want 0 -> an unprivileged range of 65536", uidMap, err))
+	}
+	if got, err := exec("id", "-u"); err != nil || got != "0" {
+		bad = append(bad, fmt.Sprintf("id -u %q (%v), want 0", got, err))
+	}
+	if got, err := exec("id", "-G"); err != nil || got != fmt.Sprintf("0 %d", usernsGroup) {
+		bad = append(bad, fmt.Sprintf("id -G %q (%v), want exactly \"0 %d\" (Strict)", got, err, usernsGroup))
+	}
+	if got, err := exec("cat", "/etc/userns-ok"); err != nil || got != "written" {
+		bad = append(bad, fmt.Sprintf("/etc/userns-ok %q (%v): the container's root could not write its image's /etc", got, err))
+	}
+	ctx, cancel := callCtx()
+	st, err := c.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ctr.Id})
+	cancel()
+	if err != nil {
+		bad = append(bad, "ContainerStatus: "+err.Error())
+	} else if u := st.GetStatus().GetUser().GetLinux(); u == nil || u.GetUid() != 0 || u.GetGid() != 0 ||
+		fmt.Sprint(u.GetSupplementalGroups()) != fmt.Sprint([]int64{0, usernsGroup}) {
+		bad = append(bad, fmt.Sprintf("ContainerStatus user %v, want uid 0 gid 0 groups [0 %d]", u, usernsGroup))
+	}
+	if len(bad) > 0 {
+		return fail(errors.New(strings.Join(bad, "; ")))
+	}
+	return pass(fmt.Sprintf("%s runs as root in its own user namespace (uid_map %s), groups exactly 0 and %d, its image's /etc writable", usernsPodName, strings.Join(f, " "), usernsGroup))
+}
+
+// usernsContainer is the running container of the user namespace pod.
+func (e *env) usernsContainer(c *cri) (*runtimeapi.Container, error) {
+	sbs, err := c.podSandboxes(e.namespace)
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range sbs {
+		if sb.GetMetadata().GetName() != usernsPodName+"-"+e.node || sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		cs, err := c.containers(sb.Id)
+		if err != nil {
+			return nil, err
+		}
+		for _, ctr := range cs {
+			if ctr.GetMetadata().GetName() == usernsName && ctr.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				return ctr, nil
+			}
+		}
+	}
+	return nil, errors.New("no running container yet")
 }

@@ -45,6 +45,10 @@ type world struct {
 	cniBinDir, pauseImage   string
 	busyboxImage            string
 	netshimV                int
+	// ociRunc is the runc netshim's OCI wrapper execs (E2E_OCI_RUNC, runc
+	// 1.4.3): Debian's 1.1.5 makes no idmapped mounts, which the check of
+	// a pod with hostUsers: false needs.
+	ociRunc string
 
 	tmp     string
 	guard   *harness.HostGuard
@@ -91,6 +95,7 @@ func runWorld(m *testing.M) int {
 		cniBinDir:    getenv("CNI_BIN_DIR", "/usr/lib/cni"),
 		pauseImage:   getenv("PAUSE_IMAGE", harness.DefaultPauseImage),
 		busyboxImage: getenv("BUSYBOX_IMAGE", "netshim.local/busybox:latest"),
+		ociRunc:      os.Getenv("E2E_OCI_RUNC"),
 	}
 	var err error
 	if w.netshimV, err = strconv.Atoi(getenv("NETSHIM_V", "6")); err != nil {
@@ -195,6 +200,11 @@ func (w *world) setUp(ctx context.Context) error {
 	if w.tmp, err = os.MkdirTemp("", "nskub."); err != nil {
 		return err
 	}
+	// Searchable by others, as /run/netshim is: a pod with hostUsers:
+	// false reaches its image under netshim's netns dir in it.
+	if err := os.Chmod(w.tmp, 0o711); err != nil {
+		return err
+	}
 	podLogs := func(ns string) string { return filepath.Join(w.podLogsDir, ns+"_*") }
 	if err := errors.Join(
 		g.RecordTempDir(w.tmp),
@@ -233,7 +243,10 @@ func (w *world) setUp(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w.dockerd = harness.NewDockerd(filepath.Join(w.tmp, "docker"), harness.WithImages(w.pauseImage, w.busyboxImage))
+	if w.ociRunc == "" {
+		return errors.New("E2E_OCI_RUNC is not set: the OCI wrapper needs a runc that makes idmapped mounts (hack/e2e-kubelet.sh sets runc 1.4.3)")
+	}
+	w.dockerd = harness.NewDockerd(filepath.Join(w.tmp, "docker"), harness.WithImages(w.pauseImage, w.busyboxImage), harness.WithOCIWrapperRunc(w.ociRunc))
 	if err := os.MkdirAll(w.dockerd.Dir, 0o755); err != nil {
 		return err
 	}

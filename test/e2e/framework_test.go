@@ -158,6 +158,11 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	if err != nil {
 		t.Fatalf("creating temp dir: %v", err)
 	}
+	// Searchable by others, as /run/netshim is: a pod with hostUsers:
+	// false reaches its image under the netns dir in it.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatalf("chmod %s: %v", dir, err)
+	}
 	e := &env{
 		t:        t,
 		cfg:      cfg,
@@ -551,6 +556,7 @@ type checkpointFile struct {
 		} `json:"portMappings"`
 		IPs       []string `json:"ips"`
 		NetNS     string   `json:"netns"`
+		UserNS    string   `json:"userns"`
 		Pauseless *struct {
 			IPC     string `json:"ipc"`
 			UTS     string `json:"uts"`

@@ -25,7 +25,9 @@
 #               exist
 #   netns       pinned pod namespaces (--sandbox-netns=pinned|pauseless): files in
 #               each netns dir, and, without --no-defaults, any namespace mount
-#               (nsfs) named pod-*.net|ipc|uts or tmpfs named pod-*.shm anywhere,
+#               (nsfs) named pod-*.net|ipc|uts|user or tmpfs named pod-*.shm anywhere,
+#               and the OCI wrapper's idmapped rootfs (an overlay on netshim-rootfs) or
+#               layer views (under .netshim-idmap) of a pod with hostUsers: false,
 #               e.g. in a test's removed directory; a netns dir's own mount (netshim
 #               makes each an unbindable mount and never unmounts it) is no leak
 #   tmp         leftover e2e temp dirs (${TMPDIR:-/tmp}/nse2e*), whose stores and
@@ -236,9 +238,13 @@ if ! skipped netns; then
   if ((!no_defaults)); then
     while read -r mp; do
       mp=$(printf '%b' "$mp")
-      [[ ${mp##*/} == pod-*.@(net|ipc|uts|shm) && -z ${netns_seen[$mp]:-} ]] || continue
+      if [[ ${mp##*/} == netshim-rootfs || $mp == */.netshim-idmap/* ]]; then
+        leak netns "$mp (an idmapped rootfs or layer view the OCI wrapper left mounted)"
+        continue
+      fi
+      [[ ${mp##*/} == pod-*.@(net|ipc|uts|user|shm) && -z ${netns_seen[$mp]:-} ]] || continue
       leak netns "$mp (a pinned namespace or pod /dev/shm mount whose directory is gone or not audited)"
-    done < <(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i+1) == "nsfs" || $(i+1) == "tmpfs") print $5; break }}' /proc/self/mountinfo)
+    done < <(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i+1) == "nsfs" || $(i+1) == "tmpfs" || $(i+1) == "overlay" || index($5, "/.netshim-idmap/")) print $5; break }}' /proc/self/mountinfo)
   fi
 fi
 

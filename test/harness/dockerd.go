@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,6 +27,8 @@ type Dockerd struct {
 	images   []string
 	args     []string
 	runtimes []extraRuntime
+	// wrapperRunc is the runc the OCI wrapper execs (WithOCIWrapperRunc).
+	wrapperRunc string
 
 	mu   sync.Mutex
 	proc *proc
@@ -87,6 +90,16 @@ func WithoutOCIWrapper() DockerdOption {
 	}
 }
 
+// WithOCIWrapperRunc has netshim's OCI wrapper exec the runc at path
+// (runtimeArgs ["--netshim-runc=PATH"] in the engine's config file, which
+// --add-runtime cannot carry), as an operator gives pods with hostUsers:
+// false a runc that makes idmapped mounts (1.2 or later) on an engine whose
+// own is older (Debian's Docker 20.10 has runc 1.1.5). The engine's other
+// containers keep its runc.
+func WithOCIWrapperRunc(path string) DockerdOption {
+	return func(d *Dockerd) { d.wrapperRunc = path }
+}
+
 // extraRuntime is a runtime registered with --add-runtime NAME=PATH.
 type extraRuntime struct{ name, path string }
 
@@ -118,6 +131,20 @@ func EngineRunc() (string, error) {
 func (d *Dockerd) runtimeArgs() ([]string, error) {
 	var args []string
 	for _, rt := range d.runtimes {
+		if rt.name == OCIWrapperRuntime && d.wrapperRunc != "" {
+			cfg, err := json.Marshal(map[string]any{"runtimes": map[string]any{
+				OCIWrapperRuntime: map[string]any{"path": rt.path, "runtimeArgs": []string{"--netshim-runc=" + d.wrapperRunc}},
+			}})
+			if err != nil {
+				return nil, err
+			}
+			file := filepath.Join(d.Dir, "daemon.json")
+			if err := os.WriteFile(file, cfg, 0o644); err != nil {
+				return nil, err
+			}
+			args = append(args, "--config-file", file)
+			continue
+		}
 		path := rt.path
 		if path == "" {
 			var err error

@@ -199,6 +199,12 @@ func NewNetshim(opts ...NetshimOption) (*Netshim, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Searchable by others, as /run/netshim is: a pod with
+		// hostUsers: false reaches its image under the netns dir in it.
+		if err := os.Chmod(dir, 0o711); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
 		c.dir, n.ownDir = dir, true
 	}
 	pick := func(v, def string) string {

@@ -114,6 +114,20 @@ func WithPodNamespaceModes(network, pid, ipc runtimeapi.NamespaceMode) PodOption
 	})
 }
 
+// WithUserNamespace gives the pod a user namespace of its own, as kubelet
+// asks for hostUsers: false: container ids 0..length-1 mapped from hostID,
+// one range for uids and the same for gids. Its other namespace modes stay
+// as they are.
+func WithUserNamespace(hostID, length uint32) PodOption {
+	return WithPodSecurityContext(func(sc *runtimeapi.LinuxSandboxSecurityContext) {
+		if sc.NamespaceOptions == nil {
+			sc.NamespaceOptions = &runtimeapi.NamespaceOption{}
+		}
+		m := []*runtimeapi.IDMapping{{ContainerId: 0, HostId: hostID, Length: length}}
+		sc.NamespaceOptions.UsernsOptions = &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: m, Gids: m}
+	})
+}
+
 // WithHostNetwork puts the pod in the host's network namespace, leaving
 // its other namespace modes as they are.
 func WithHostNetwork() PodOption {
