@@ -63,6 +63,12 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	if err != nil {
 		return nil, err
 	}
+	// A pod user namespace's ids are its own: no other pod's may overlap.
+	releaseIDs, err := ds.userns.claims.claim(name, cfg, ds.usernsRangesInUse)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseIDs()
 	return ctl.run(ctx, &sandboxRequest{cfg: cfg, handler: r.GetRuntimeHandler(), name: name, cgroupParent: cgroupParent, timer: t})
 }
 

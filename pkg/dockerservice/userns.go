@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/netshim/netshim/pkg/dockerservice/crirpc"
@@ -42,6 +43,109 @@ type usernsCaps struct {
 	mu      sync.Mutex
 	kernel  map[string]error // by data root
 	wrapper map[string]error // by registration and reported features
+
+	// claims are the ranges of the pods being run.
+	claims usernsClaims
+}
+
+// usernsRange is a pod's user namespace maps, for the overlap check.
+type usernsRange struct {
+	pod        string
+	uids, gids []podns.IDMap
+}
+
+// usernsClaims keeps two pods from sharing node ids: kubelet gives each pod
+// a range of its own, and a pod whose range overlaps another's could reach
+// that pod's files and processes as their owner. A RunPodSandbox holds its
+// pod's range from the check until the sandbox is in the index (or
+// failed); the ones already made are usernsRangesInUse's.
+type usernsClaims struct {
+	mu       sync.Mutex
+	inFlight map[string]usernsRange // by sandbox name
+}
+
+// claim checks the pod's range (if it asks for a user namespace) against
+// inUse and the pods being run, and holds it until release.
+func (c *usernsClaims) claim(name string, cfg *runtimeapi.PodSandboxConfig, inUse func() []usernsRange) (release func(), err error) {
+	uids, gids, ok := dockerspec.PodUserNS(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions())
+	if !ok {
+		return func() {}, nil
+	}
+	md := cfg.GetMetadata()
+	mine := usernsRange{pod: md.GetNamespace() + "/" + md.GetName(), uids: uids, gids: gids}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	others := inUse()
+	for n, r := range c.inFlight {
+		if n != name {
+			others = append(others, r)
+		}
+	}
+	for _, o := range others {
+		if kind, ok := overlap(mine, o); ok {
+			return nil, crirpc.InvalidArgf("pod sandbox: its user namespace's %s range %v overlaps that of pod %s (%v): each pod needs ids of its own, which kubelet gives it", kind, pickKind(mine, kind), o.pod, pickKind(o, kind))
+		}
+	}
+	if c.inFlight == nil {
+		c.inFlight = map[string]usernsRange{}
+	}
+	c.inFlight[name] = mine
+	return func() {
+		c.mu.Lock()
+		delete(c.inFlight, name)
+		c.mu.Unlock()
+	}, nil
+}
+
+func pickKind(r usernsRange, kind string) []podns.IDMap {
+	if kind == "gid" {
+		return r.gids
+	}
+	return r.uids
+}
+
+// overlap says whether two pods' ranges share a node id, and of which kind.
+func overlap(a, b usernsRange) (string, bool) {
+	hit := func(x, y []podns.IDMap) bool {
+		for _, m := range x {
+			for _, n := range y {
+				if uint64(m.HostID) < uint64(n.HostID)+uint64(n.Size) && uint64(n.HostID) < uint64(m.HostID)+uint64(m.Size) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	switch {
+	case hit(a.uids, b.uids):
+		return "uid", true
+	case hit(a.gids, b.gids):
+		return "gid", true
+	}
+	return "", false
+}
+
+// usernsRangesInUse are the ranges of the sandboxes whose pinned user
+// namespace still exists: until it is torn down, a pod's processes may
+// hold its ids.
+func (ds *DockerService) usernsRangesInUse() []usernsRange {
+	var out []usernsRange
+	for _, rec := range ds.store().List(store.KindSandbox) {
+		info := rec.SandboxInfo()
+		uids, gids, ok := dockerspec.PodUserNS(info.NamespaceOptions)
+		if !ok {
+			continue
+		}
+		path := rec.DockerLabels[labelUserNS]
+		if cp := ds.getCheckpoint(rec.ID); cp != nil && cp.UserNS != "" {
+			path = cp.UserNS
+		}
+		if path == "" || podns.Verify(path, podns.User) != nil {
+			continue
+		}
+		out = append(out, usernsRange{pod: info.Metadata.GetNamespace() + "/" + info.Metadata.GetName(), uids: uids, gids: gids})
+	}
+	return out
 }
 
 func newUsernsCaps() *usernsCaps {

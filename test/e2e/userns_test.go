@@ -182,6 +182,18 @@ func (e *env) runUsernsPod(mode string) {
 	if ids := e.pauseContainers(); (mode == "pauseless") != (len(ids) == 0) {
 		t.Errorf("mode %s: pause containers %v", mode, ids)
 	}
+	// Another pod's range may share none of its ids.
+	before := podFilesIn(t, e.ns.NetNSDir)
+	overlapping := e.podConfig("userns-overlap", kubeletPod, harness.WithUserNamespace(usernsHostID+usernsLength/2, usernsLength))
+	ctx, cancel := e.rpcCtx()
+	_, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: overlapping})
+	cancel()
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "overlaps that of pod") {
+		t.Errorf("RunPodSandbox with a range overlapping a running pod's: %v, want InvalidArgument", err)
+	}
+	if got := podFilesIn(t, e.ns.NetNSDir); len(got) != len(before) {
+		t.Errorf("the refused pod left files: %q, want %q", got, before)
+	}
 	ns := podCfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	m := ns.GetUsernsOptions().GetUids()
 	id := e.startContainer(podID, podCfg, "app",
@@ -242,7 +254,7 @@ func (e *env) runUsernsPod(mode string) {
 	if out, err := runCmd("docker", "exec", id, "cat", "/host/root-only"); err == nil || strings.Contains(out, "node secret") {
 		t.Errorf("the container read a root-only file of the node through a hostPath mount: %q, %v", out, err)
 	}
-	ctx, cancel := e.rpcCtx()
+	ctx, cancel = e.rpcCtx()
 	st, err := e.client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	cancel()
 	if err != nil {
