@@ -414,10 +414,11 @@ node-conformance node-conformance-quick:
 		ln -sfn ../kubelet-v1.36 $(OUT)/k8s-v1.36/kubelet; fi
 	@for b in e2e_node.test kubelet; do if [[ ! -x "$(K8S_BIN_DIR)/$$b" ]]; then \
 		echo "$@: no $(K8S_BIN_DIR)/$$b (build e2e_node.test and kubelet of one release there)" >&2; exit 1; fi; done
+	@hack/docker29.sh build-runc
 	@if ! hack/dockerd.sh status >/dev/null 2>&1; then trap 'hack/dockerd.sh stop' EXIT; fi; \
 	hack/dockerd.sh start; \
 	hack/node-e2e-images.sh build; \
-	NETSHIM_BIN=$(OUT)/netshim CNI_BIN_DIR=/usr/lib/cni NETSHIM_ROOT=$(CURDIR) \
+	NETSHIM_BIN=$(OUT)/netshim CNI_BIN_DIR=/usr/lib/cni NETSHIM_ROOT=$(CURDIR) NODE_CONFORMANCE_OCI_RUNC=$(OUT)/docker29/bin/runc \
 	NODE_E2E_BIN=$(K8S_BIN_DIR)/e2e_node.test K8S_BIN_DIR=$(K8S_BIN_DIR) \
 	GINKGO_BIN=$(OUT)/node-e2e-images/bin/ginkgo NODE_CONFORMANCE_PROCS=$(NODE_CONFORMANCE_PROCS) \
 	NODE_CONFORMANCE_SUBSET=$(if $(filter node-conformance-quick,$@),quick,full) \

@@ -50,6 +50,10 @@ type env struct {
 	timeout time.Duration
 	ginkgo  string // GINKGO_BIN: the ginkgo CLI, for parallel processes
 	procs   int
+	// ociRunc is the runc netshim's OCI wrapper execs in the private
+	// engine (NODE_CONFORMANCE_OCI_RUNC, runc 1.4.3): the suite's pods with
+	// hostUsers: false need one that makes idmapped mounts.
+	ociRunc string
 }
 
 func getenv(k, def string) string {
@@ -72,6 +76,7 @@ func loadEnv(t *testing.T) env {
 		timeout: 50 * time.Minute,
 		ginkgo:  os.Getenv("GINKGO_BIN"),
 		procs:   1,
+		ociRunc: os.Getenv("NODE_CONFORMANCE_OCI_RUNC"),
 	}
 	if v := os.Getenv("NODE_CONFORMANCE_PROCS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -245,6 +250,12 @@ func TestNodeConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(work) })
+	// Searchable by others, as /run/netshim and /var/lib/kubelet's
+	// parents are: a pod with hostUsers: false reaches its image and
+	// volumes under them.
+	if err := os.Chmod(work, 0o711); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Log("starting the loopback registry and pushing the test images")
 	startRegistry(t, work)
@@ -266,8 +277,11 @@ func TestNodeConformance(t *testing.T) {
 	// "test-handler" (e2eruntimeclass.PreconfiguredRuntimeClassHandler;
 	// Kubernetes' node e2e images configure it in containerd): here a
 	// Docker runtime of that name, the engine's runc.
+	if e.ociRunc == "" {
+		t.Fatal("NODE_CONFORMANCE_OCI_RUNC is not set: the suite's pods with hostUsers: false need a runc that makes idmapped mounts behind netshim's OCI wrapper (make node-conformance sets runc 1.4.3)")
+	}
 	dockerd := harness.StartPrivateDockerd(t, harness.WithImages(harness.DefaultPauseImage),
-		harness.WithRuntime(runtimeclassHandler, ""))
+		harness.WithRuntime(runtimeclassHandler, ""), harness.WithOCIWrapperRunc(e.ociRunc))
 	ns := harness.StartNetshim(t,
 		harness.WithDockerEndpoint(dockerd.Endpoint()),
 		harness.WithCNIConfig(
@@ -337,8 +351,10 @@ func TestNodeConformance(t *testing.T) {
 	}
 	if e.subset == "quick" || e.focus != "" {
 		// ginkgo ORs focus regexps: the label keeps a narrowed run to the
-		// conformance set (the framework labels each spec it tags).
-		ginkgoArgs = append(ginkgoArgs, "label-filter=NodeConformance")
+		// conformance set (the framework labels each spec it tags), and
+		// the features netshim has that the set does not test: user
+		// namespaces and supplemental groups policies.
+		ginkgoArgs = append(ginkgoArgs, "label-filter="+QuickLabels)
 	}
 	bin, args := e.suite, suiteArgs
 	if e.procs > 1 {
@@ -381,7 +397,11 @@ func TestNodeConformance(t *testing.T) {
 		}
 		specs = kept
 	}
-	tally, err := Classify(specs, focusRE, skips)
+	var also []string
+	if e.subset == "quick" || e.focus != "" {
+		also = QuickFeatureTags // the features QuickLabels adds
+	}
+	tally, err := ClassifyTagged(specs, ConformanceTag, focusRE, skips, also...)
 	if err != nil {
 		t.Fatal(err)
 	}

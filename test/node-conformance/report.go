@@ -143,8 +143,8 @@ func Classify(specs []Spec, focus *regexp.Regexp, skips []Skip) (Tally, error) {
 }
 
 // ClassifyTagged is Classify for the specs whose name carries tag
-// (kubernetes' e2e suite's "[Conformance]", say).
-func ClassifyTagged(specs []Spec, tag string, focus *regexp.Regexp, skips []Skip) (Tally, error) {
+// (kubernetes' e2e suite's "[Conformance]", say), or one of also.
+func ClassifyTagged(specs []Spec, tag string, focus *regexp.Regexp, skips []Skip, also ...string) (Tally, error) {
 	res := make([]*regexp.Regexp, len(skips))
 	for i, s := range skips {
 		re, err := regexp.Compile(s.Pattern)
@@ -162,7 +162,11 @@ func ClassifyTagged(specs []Spec, tag string, focus *regexp.Regexp, skips []Skip
 			}
 			continue
 		}
-		if !strings.Contains(sp.Name, tag) || (focus != nil && !focus.MatchString(sp.Name)) {
+		tagged := strings.Contains(sp.Name, tag)
+		for _, a := range also {
+			tagged = tagged || strings.Contains(sp.Name, a)
+		}
+		if !tagged || (focus != nil && !focus.MatchString(sp.Name)) {
 			continue
 		}
 		r := Result{Spec: sp}

@@ -194,3 +194,29 @@ func TestShadowPath(t *testing.T) {
 		t.Errorf("mount -> %s, want the first one on PATH", target)
 	}
 }
+
+// The specs of the features a narrowed run adds (QuickFeatureTags) count
+// like the conformance set's: a failed one fails the run.
+func TestClassifyFeatureTags(t *testing.T) {
+	specs := []Spec{
+		{Name: "[sig-node] A [NodeConformance]", NodeType: "It", State: "passed"},
+		{Name: "[sig-node] Security Context When creating a pod with HostUsers must create the user namespace if set to false [LinuxOnly] [Feature:UserNamespacesSupport]", NodeType: "It", State: "failed", Message: "x"},
+		{Name: "[sig-node] Security Context SupplementalGroupsPolicy [LinuxOnly] [Feature:SupplementalGroupsPolicy] when Strict", NodeType: "It", State: "passed"},
+		{Name: "[sig-node] B [Feature:Other]", NodeType: "It", State: "failed", Message: "not counted"},
+	}
+	for _, tc := range []struct {
+		also []string
+		want string
+	}{
+		{nil, "node-conformance: 1 passed, 0 failed, 0 skipped"},
+		{QuickFeatureTags, "node-conformance: 2 passed, 1 failed, 0 skipped"},
+	} {
+		tally, err := ClassifyTagged(specs, ConformanceTag, nil, nil, tc.also...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tally.SummaryLine(); got != tc.want {
+			t.Errorf("also %v: %q, want %q", tc.also, got, tc.want)
+		}
+	}
+}

@@ -15,6 +15,7 @@ const (
 var SkipList = []Skip{
 	// cgroup v1 only.
 	{`\[Feature:NodeSwap\]`, reasonNoSwap},
+	{`must create the user namespace in the configured hostUID/hostGID range`, "needs kubelet's id range for pods set in the host's /etc/subuid and /etc/subgid (user kubelet) and shadow's getsubids; kubelet's default range is what the other user namespace specs run with"},
 	{`\[FeatureGate:KubeletPSI\]`, reasonCgroupV2 + " (PSI metrics)"},
 	{`Summary API \[NodeConformance\] when querying /stats/summary should report resource usage through the stats api`, reasonCgroupV2 + ": it wants PSI for every container (KubeletPSI is on by default in v1.36); it also wants kubelet's system containers (kubelet, runtime, misc), which this run does not configure because --system-cgroups would move every process of the host's root cgroup"},
 
@@ -58,7 +59,17 @@ var QuickFocus = []string{
 	`\[sig-node\] InitContainer \[NodeConformance\]`,
 	`\[sig-node\] Security Context `,
 	`\[sig-node\] Pods should`,
+	`\[sig-node\] User Namespaces for Restricted Pod Security Standards `,
 }
+
+// QuickLabels is the label filter of a narrowed run: the conformance set,
+// and the specs of two features outside it that netshim implements
+// (issue 26): pods with hostUsers: false and SupplementalGroupsPolicy.
+const QuickLabels = `NodeConformance || Feature:UserNamespacesSupport || Feature:SupplementalGroupsPolicy`
+
+// QuickFeatureTags are those features' tags in the specs' names, which
+// the count of a narrowed run takes with ConformanceTag's.
+var QuickFeatureTags = []string{"[Feature:UserNamespacesSupport]", "[Feature:SupplementalGroupsPolicy]"}
 
 // QuickExcept leaves the [Slow] and [Serial] specs out of the quick
 // subset (they are not counted, as if outside its focus).
