@@ -481,8 +481,9 @@ func TestUserNamespaceRootfs(t *testing.T) {
 }
 
 // TestDeleteDetachesALeftRootfs: a wrapper killed while runc created the
-// container leaves the idmapped rootfs mounted in the bundle; `delete`,
-// which containerd's shim runs in the bundle, detaches it before runc.
+// container leaves the idmapped rootfs mounted (the bundle's config.json
+// names it as root.path); `delete`, which containerd's shim runs in the
+// bundle, detaches it and removes its directory before runc.
 func TestDeleteDetachesALeftRootfs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("mounting needs root (the unit tests run as root)")
