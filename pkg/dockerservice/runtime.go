@@ -101,6 +101,9 @@ func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest
 		// containerd uses, which kubeadm reads (runtimeInfoConfig).
 		info = map[string]string{"sandboxNetns": ds.netnsModeInfo(ctx), "config": ds.runtimeInfoConfig(), "userNamespaces": ds.usernsInfo(ctx)}
 	}
+	// The handlers first: reading them may read the engine's runtimes,
+	// whose cache the features answer from.
+	handlers := ds.statusRuntimeHandlers(ctx)
 	return &runtimeapi.StatusResponse{
 		Info:   info,
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeReady, networkReady}},
@@ -108,7 +111,7 @@ func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest
 		// OCI wrapper applies Strict (dockerspec.containerMarker), so the
 		// policy is supported where the engine has a usable wrapper.
 		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: ds.wrapperRuntime("") != ""},
-		RuntimeHandlers: ds.statusRuntimeHandlers(ctx),
+		RuntimeHandlers: handlers,
 	}, nil
 }
 
