@@ -44,6 +44,7 @@ Point kubelet at it with --container-runtime-endpoint=unix:///run/netshim/netshi
 		},
 	}
 	opts.addFlags(cmd.Flags())
+	cmd.AddCommand(newEngineCommand())
 	cmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print netshim's version",
