@@ -14,8 +14,8 @@ import (
 
 // `netshim engine register` on a real engine whose configuration file it
 // edits: the wrapper is merged into the file (its other keys kept), dockerd
-// reloads it on SIGHUP, and netshim's auto mode then pins pods' namespaces
-// through it; a second run changes nothing; `unregister` is refused while a
+// reloads it on SIGHUP, and netshim then pins pods' namespaces through
+// it; a second run changes nothing; `unregister` is refused while a
 // pod's container runs under the wrapper, and takes it out once none does.
 func TestEngineRegisterCommand(t *testing.T) {
 	requireWorkloadImage(t)
@@ -25,7 +25,10 @@ func TestEngineRegisterCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := harness.StartPrivateDockerd(t, harness.WithImages(pauseImage, workloadImage), harness.WithoutOCIWrapper(), harness.WithDockerdArgs("--config-file", file))
-	e := newEnv(t, envOptions{dockerEndpoint: d.Endpoint()})
+	// pinned, whatever NETSHIM_SANDBOX_NETNS says: it looks for the
+	// wrapper again when a pod asks for it (auto rereads the engine's
+	// runtimes only every 30 s).
+	e := newEnv(t, envOptions{dockerEndpoint: d.Endpoint(), extraFlags: []string{"--sandbox-netns=pinned"}})
 	e.start()
 	wrapper := harness.OCIWrapperBin()
 	if wrapper == "" {
@@ -62,9 +65,10 @@ func TestEngineRegisterCommand(t *testing.T) {
 	if out, err := engineCmd("register"); err != nil || !strings.Contains(out, "already") {
 		t.Errorf("a second register: %v\n%s", err, out)
 	}
-	// netshim's auto mode finds the wrapper (it rereads the engine's
-	// runtimes every 30 s; a pod asks it now) and pins the pod's netns.
-	podID, _ := e.runPodWith("reg", kubeletPod)
+	// netshim finds the wrapper and pins the pod's netns, its pause
+	// container under the wrapper (a pod sharing its PID namespace keeps
+	// one in every mode).
+	podID, _ := e.runPodWith("reg", withPauseContainer)
 	if cp := e.readCheckpoint(podID); cp.Data.NetNS == "" {
 		t.Errorf("the pod's checkpoint names no pinned netns: the wrapper was not used")
 	}
