@@ -90,10 +90,6 @@ func (d document) set(key string, v json.RawMessage) document {
 	return append(d, member{key, v})
 }
 
-func (d document) del(key string) document {
-	return slices.DeleteFunc(d, func(m member) bool { return m.key == key })
-}
-
 // bytes writes the document indented, with a final newline.
 func (d document) bytes() ([]byte, error) {
 	var b bytes.Buffer
@@ -177,7 +173,9 @@ func Register(data []byte, name string, rt Runtime) ([]byte, bool, error) {
 }
 
 // Unregister returns the file without runtime name, and whether it had
-// it; a "runtimes" left empty goes too.
+// it. A "runtimes" left empty stays, as {}: dockerd replaces its runtimes
+// on reload only when the file sets the key, and would keep the one
+// removed if the key went with it (seen with Docker 20.10).
 func Unregister(data []byte, name string) ([]byte, bool, error) {
 	doc, err := parse(data)
 	if err != nil {
@@ -191,16 +189,11 @@ func Unregister(data []byte, name string) ([]byte, bool, error) {
 		return data, false, nil
 	}
 	delete(rts, name)
-	if len(rts) == 0 {
-		doc = doc.del("runtimes")
-	} else {
-		raw, err := json.Marshal(rts)
-		if err != nil {
-			return nil, false, err
-		}
-		doc = doc.set("runtimes", raw)
+	raw, err := json.Marshal(rts)
+	if err != nil {
+		return nil, false, err
 	}
-	out, err := doc.bytes()
+	out, err := doc.set("runtimes", raw).bytes()
 	return out, err == nil, err
 }
 

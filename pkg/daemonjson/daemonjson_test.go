@@ -77,15 +77,16 @@ func TestRegister(t *testing.T) {
 	}
 }
 
-// TestUnregister: the runtime goes, "runtimes" with it when it was the
-// only one, and everything else stays; a file without it is unchanged.
+// TestUnregister: the runtime goes and everything else stays; "runtimes"
+// stays, empty, when it was the only one (dockerd replaces its runtimes on
+// reload only when the file sets the key); a file without it is unchanged.
 func TestUnregister(t *testing.T) {
 	for _, tc := range []struct {
 		name, in, want string
 		changed        bool
 		wantErr        string
 	}{
-		{name: "the only runtime", in: `{"debug": true, "runtimes": {"netshim-oci": {"path": "/usr/bin/netshim-oci"}}}`, want: `{"debug":true}`, changed: true},
+		{name: "the only runtime", in: `{"debug": true, "runtimes": {"netshim-oci": {"path": "/usr/bin/netshim-oci"}}}`, want: `{"debug":true,"runtimes":{}}`, changed: true},
 		{name: "among others", in: `{"runtimes": {"netshim-oci": {"path": "/x"}, "runsc": {"path": "/usr/bin/runsc"}}, "debug": true}`,
 			want: `{"runtimes":{"runsc":{"path":"/usr/bin/runsc"}},"debug":true}`, changed: true},
 		{name: "not registered", in: `{"debug": true}`, want: `{"debug":true}`},

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/netshim/netshim/test/harness"
 )
 
@@ -68,7 +70,19 @@ func TestEngineRegisterCommand(t *testing.T) {
 	// netshim finds the wrapper and pins the pod's netns, its pause
 	// container under the wrapper (a pod sharing its PID namespace keeps
 	// one in every mode).
-	podID, _ := e.runPodWith("reg", withPauseContainer)
+	// netshim reads the engine's runtimes again at most once a second
+	// for pods that ask for the wrapper; kubelet retries as this does.
+	var podID string
+	var runErr error
+	if !harness.Eventually(startDeadline, func() bool {
+		ctx, cancel := e.rpcCtx()
+		defer cancel()
+		resp, err := e.client.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: e.podConfig("reg", withPauseContainer)})
+		podID, runErr = resp.GetPodSandboxId(), err
+		return err == nil
+	}) {
+		t.Fatalf("RunPodSandbox once the wrapper is registered: %v\n%s", runErr, e.logTail(20))
+	}
 	if cp := e.readCheckpoint(podID); cp.Data.NetNS == "" {
 		t.Errorf("the pod's checkpoint names no pinned netns: the wrapper was not used")
 	}
