@@ -94,34 +94,46 @@ func (p *Pinner) Pin(name string, kinds ...Kind) (Paths, error) {
 		}
 		flags |= f
 	}
+	paths, err := p.mountPoints(name, kinds)
+	if err != nil {
+		return nil, err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- pinOnThisThread(flags, paths) }()
+	if err := <-errc; err != nil {
+		p.removeAll(paths)
+		return nil, fmt.Errorf("pinning namespaces %s: %w", name, err)
+	}
+	return paths, nil
+}
+
+// mountPoints makes the empty files the namespaces of kinds are pinned on,
+// Path(name, kind), in a directory it makes if needed. Each is made with
+// O_EXCL, so an existing file (another pod's namespace) is never reused.
+// On failure nothing is left.
+func (p *Pinner) mountPoints(name string, kinds []Kind) (Paths, error) {
 	if err := os.MkdirAll(p.dir, 0o711); err != nil {
 		return nil, fmt.Errorf("creating the pinned namespace directory: %w", err)
 	}
 	paths := Paths{}
-	undo := func() {
-		for _, path := range paths {
-			_ = p.Remove(path)
-		}
-	}
 	for _, k := range kinds {
 		path := p.Path(name, k)
-		// The mount point: an empty file that only Pin makes (O_EXCL),
-		// so an existing file (another pod's namespace) is never reused.
 		f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 		if err != nil {
-			undo()
+			p.removeAll(paths)
 			return nil, fmt.Errorf("creating the mount point of a pinned namespace: %w", err)
 		}
 		f.Close()
 		paths[k] = path
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- pinOnThisThread(flags, paths) }()
-	if err := <-errc; err != nil {
-		undo()
-		return nil, fmt.Errorf("pinning namespaces %s: %w", name, err)
-	}
 	return paths, nil
+}
+
+// removeAll unpins paths, as far as it can: the undo of a failed pin.
+func (p *Pinner) removeAll(paths Paths) {
+	for _, path := range paths {
+		_ = p.Remove(path)
+	}
 }
 
 // pinOnThisThread unshares the thread's namespaces of the flags, bind-mounts

@@ -3,7 +3,6 @@ package podns
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -118,29 +117,14 @@ func (p *Pinner) PinUser(name string, uids, gids []IDMap, kinds ...Kind) (Paths,
 		flags |= f
 		all = append(all, k)
 	}
-	if err := os.MkdirAll(p.dir, 0o711); err != nil {
-		return nil, fmt.Errorf("creating the pinned namespace directory: %w", err)
-	}
-	paths := Paths{}
-	undo := func() {
-		for _, path := range paths {
-			_ = p.Remove(path)
-		}
-	}
-	for _, k := range all {
-		path := p.Path(name, k)
-		f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
-		if err != nil {
-			undo()
-			return nil, fmt.Errorf("creating the mount point of a pinned namespace: %w", err)
-		}
-		f.Close()
-		paths[k] = path
+	paths, err := p.mountPoints(name, all)
+	if err != nil {
+		return nil, err
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- pinInChild(uintptr(flags), paths, uids, gids) }()
 	if err := <-errc; err != nil {
-		undo()
+		p.removeAll(paths)
 		return nil, fmt.Errorf("pinning the user namespace %s: %w", name, err)
 	}
 	return paths, nil
