@@ -100,7 +100,7 @@ func (ds *DockerService) CreateContainer(ctx context.Context, r *runtimeapi.Crea
 		// directory's key, which may be an earlier --netns-dir's.
 		join.ociKey = usernsKey
 	}
-	wrapper := ds.wrapperRuntime(sbInfo.RuntimeHandler)
+	wrapper := ds.wrapperRuntime(ctx, sbInfo.RuntimeHandler)
 	if join.runtime == OCIWrapperRuntime {
 		wrapper = join.runtime // a pause-less pod's containers run under it
 	}

@@ -101,8 +101,9 @@ func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest
 		// containerd uses, which kubeadm reads (runtimeInfoConfig).
 		info = map[string]string{"sandboxNetns": ds.netnsModeInfo(ctx), "config": ds.runtimeInfoConfig(), "userNamespaces": ds.usernsInfo(ctx)}
 	}
-	// The handlers first: reading them may read the engine's runtimes,
-	// whose cache the features answer from.
+	// The handlers first: their read of the engine's runtimes is the one
+	// Status waits for (briefly, and only before the first); the
+	// features answer from what it got.
 	handlers := ds.statusRuntimeHandlers(ctx)
 	return &runtimeapi.StatusResponse{
 		Info:   info,
@@ -110,7 +111,7 @@ func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest
 		// Docker merges the image's groups whatever the pod asks; the
 		// OCI wrapper applies Strict (dockerspec.containerMarker), so the
 		// policy is supported where the engine has a usable wrapper.
-		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: ds.wrapperRuntime("") != ""},
+		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: ds.wrapperIn(ds.engine.CachedRuntimes(), "") != ""},
 		RuntimeHandlers: handlers,
 	}, nil
 }

@@ -40,7 +40,9 @@ func (ds *DockerService) statusRuntimeHandlers(ctx context.Context) []*runtimeap
 	r := ds.engine.Runtimes(ctx, wait)
 	hs := r.Handlers(ds.engine.LiveAPIVersion(r))
 	for _, h := range hs {
-		if h.Name == "" {
+		// With nothing read yet, nothing is known: no wait beyond the
+		// one above (the checks below answer from the cache then).
+		if h.Name == "" && r != nil {
 			h.Features.UserNamespaces = ds.handlerSupportsUserns(ctx, "")
 		}
 	}

@@ -306,13 +306,16 @@ func errMessage(err error) string {
 // wrapperRuntime is the runtime of a container whose marker asks the OCI
 // wrapper for something (a pod user namespace, Strict groups), "" when the
 // engine has no usable wrapper or the pod named a runtime handler, which
-// the wrapper's runc would replace.
-func (ds *DockerService) wrapperRuntime(handler string) string {
-	if handler != "" || ds.pins.ociKey == nil {
-		return ""
-	}
-	r := ds.engine.CachedRuntimes()
-	if r == nil || !r.HasWrapper || r.WrapperMisuse != "" {
+// the wrapper's runc would replace. The engine's runtimes come from the
+// catalogue, read again only when stale (a netshim just started, an engine
+// that was down).
+func (ds *DockerService) wrapperRuntime(ctx context.Context, handler string) string {
+	return ds.wrapperIn(ds.engine.Runtimes(ctx, engine.RuntimesReadTimeout), handler)
+}
+
+// wrapperIn is wrapperRuntime for the engine's runtimes r.
+func (ds *DockerService) wrapperIn(r *engine.Runtimes, handler string) string {
+	if handler != "" || ds.pins.ociKey == nil || r == nil || !r.HasWrapper || r.WrapperMisuse != "" {
 		return ""
 	}
 	return OCIWrapperRuntime

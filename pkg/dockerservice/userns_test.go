@@ -327,3 +327,58 @@ func markerIn(t *testing.T, env []string) podns.Marker {
 	}
 	return m
 }
+
+// TestUsernsSandboxSurvivesRestart: a netshim restarted under a running
+// pod with its own user namespace finds the pinned namespace again (from
+// the checkpoint; a pinned pod's pause container's label when the
+// checkpoint is lost) and gives a new container of the pod the same
+// marker; the start-up sweep keeps the file, and the range stays the pod's.
+func TestUsernsSandboxSurvivesRestart(t *testing.T) {
+	requireRoot(t)
+	for _, mode := range []string{SandboxNetNSPinned, SandboxNetNSPauseless} {
+		t.Run(mode, func(t *testing.T) {
+			e, dir := newUsernsEnv(t, mode, idmapFeatures, nil)
+			e.docker.AddImage(fakedocker.Image{ID: testImageID}, testImage, testImageDigest)
+			pod := usernsPod("u", testUsernsHost)
+			id := e.run(t, pod)
+			cp, err := e.ckpt.Get(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds, _ := e.restartWith(t, func(c *Config) { c.SandboxNetNS, c.NetNSDir = mode, dir })
+			ds.userns.probe = func(string) error { return nil }
+			if err := podns.Verify(cp.UserNS, podns.User); err != nil {
+				t.Fatalf("the user namespace after the restart: %v", err)
+			}
+			cfg := ctrConfig("app")
+			if cfg.Linux == nil {
+				cfg.Linux = &runtimeapi.LinuxContainerConfig{}
+			}
+			cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: pod.Linux.SecurityContext.NamespaceOptions}
+			resp, err := ds.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: id, Config: cfg, SandboxConfig: pod})
+			if err != nil {
+				t.Fatalf("CreateContainer after the restart: %v", err)
+			}
+			c, err := e.docker.ContainerInspect(context.Background(), resp.ContainerId)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := markerIn(t, c.Config.Env); m.Paths[podns.User] != cp.UserNS || c.HostConfig.Runtime != OCIWrapperRuntime {
+				t.Errorf("after the restart: runtime %q marker %+v, want the wrapper and %s", c.HostConfig.Runtime, m, cp.UserNS)
+			}
+			_, err = ds.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: usernsPod("other", testUsernsHost)})
+			if codeOf(err) != codes.InvalidArgument {
+				t.Errorf("a second pod with the restored pod's range: %v, want InvalidArgument", err)
+			}
+			if _, err := ds.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ds.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+				t.Fatal(err)
+			}
+			if files := listDir(t, dir); len(files) != 0 {
+				t.Errorf("files left: %v", files)
+			}
+		})
+	}
+}
