@@ -242,15 +242,8 @@ func TestUsernsSandboxLifecycle(t *testing.T) {
 				}
 			}
 			kmap := pod.Linux.SecurityContext.NamespaceOptions.UsernsOptions.Uids
-			cfg := ctrConfig("app")
+			cfg := usernsCtrConfig(pod)
 			cfg.Mounts = []*runtimeapi.Mount{{HostPath: t.TempDir(), ContainerPath: "/data", UidMappings: kmap, GidMappings: kmap}}
-			if cfg.Linux == nil {
-				cfg.Linux = &runtimeapi.LinuxContainerConfig{}
-			}
-			if cfg.Linux.SecurityContext == nil {
-				cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{}
-			}
-			cfg.Linux.SecurityContext.NamespaceOptions = pod.Linux.SecurityContext.NamespaceOptions
 			resp, err := e.ds.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: id, Config: cfg, SandboxConfig: pod})
 			if err != nil {
 				t.Fatalf("CreateContainer: %v", err)
@@ -307,6 +300,20 @@ func TestUsernsSandboxLifecycle(t *testing.T) {
 	})
 }
 
+// usernsCtrConfig is kubelet's container of the pod: its namespace options
+// with the pod's user namespace.
+func usernsCtrConfig(pod *runtimeapi.PodSandboxConfig) *runtimeapi.ContainerConfig {
+	cfg := ctrConfig("app")
+	if cfg.Linux == nil {
+		cfg.Linux = &runtimeapi.LinuxContainerConfig{}
+	}
+	if cfg.Linux.SecurityContext == nil {
+		cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{}
+	}
+	cfg.Linux.SecurityContext.NamespaceOptions = pod.Linux.SecurityContext.NamespaceOptions
+	return cfg
+}
+
 // markerValue is the value of netshim's marker in an environment.
 func markerValue(env []string) string {
 	for _, e := range env {
@@ -329,10 +336,9 @@ func markerIn(t *testing.T, env []string) podns.Marker {
 }
 
 // TestUsernsSandboxSurvivesRestart: a netshim restarted under a running
-// pod with its own user namespace finds the pinned namespace again (from
-// the checkpoint; a pinned pod's pause container's label when the
-// checkpoint is lost) and gives a new container of the pod the same
-// marker; the start-up sweep keeps the file, and the range stays the pod's.
+// pod with its own user namespace finds the pinned namespace again in the
+// checkpoint and gives a new container of the pod the same marker; the
+// start-up sweep keeps the file, and the range stays the pod's.
 func TestUsernsSandboxSurvivesRestart(t *testing.T) {
 	requireRoot(t)
 	for _, mode := range []string{SandboxNetNSPinned, SandboxNetNSPauseless} {
@@ -350,11 +356,7 @@ func TestUsernsSandboxSurvivesRestart(t *testing.T) {
 			if err := podns.Verify(cp.UserNS, podns.User); err != nil {
 				t.Fatalf("the user namespace after the restart: %v", err)
 			}
-			cfg := ctrConfig("app")
-			if cfg.Linux == nil {
-				cfg.Linux = &runtimeapi.LinuxContainerConfig{}
-			}
-			cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: pod.Linux.SecurityContext.NamespaceOptions}
+			cfg := usernsCtrConfig(pod)
 			resp, err := ds.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: id, Config: cfg, SandboxConfig: pod})
 			if err != nil {
 				t.Fatalf("CreateContainer after the restart: %v", err)

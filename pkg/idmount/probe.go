@@ -3,13 +3,13 @@ package idmount
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netshim/netshim/pkg/podns"
 )
 
 // Minimum kernel for idmapped overlayfs layers, which a container's image
@@ -29,44 +29,21 @@ func Probe(dir string) error {
 	if !kernelAtLeast(release, minKernelMajor, minKernelMinor) {
 		return fmt.Errorf("kernel %s cannot idmap overlayfs layers (Linux %d.%d or later can)", release, minKernelMajor, minKernelMinor)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- probeOnThisThread(dir) }()
-	return <-errc
-}
-
-func probeOnThisThread(dir string) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	// A child stopped at its exec (traced) in a new user namespace: its
-	// namespace is all the idmapping needs.
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{"netshim-idmap-probe"}
-	cmd.Env = []string{}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 1 << 30, Size: 65536}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 1 << 30, Size: 65536}},
-		Ptrace:      true,
-		Pdeathsig:   syscall.SIGKILL,
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("user namespaces cannot be made here: %w", err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	fd, err := Clone(dir, int(ns.Fd()), false)
-	if err != nil {
-		return fmt.Errorf("the filesystem of %s does not take idmapped mounts: %w", dir, err)
-	}
-	unix.Close(fd)
-	return nil
+	// A namespace with any range will do: only the idmapping is tried.
+	m := []podns.IDMap{{ContainerID: 0, HostID: 1 << 30, Size: 65536}}
+	return podns.InNewNamespaces(syscall.CLONE_NEWUSER, m, m, func(pid int) error {
+		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+		if err != nil {
+			return err
+		}
+		defer ns.Close()
+		fd, err := Clone(dir, int(ns.Fd()), false)
+		if err != nil {
+			return fmt.Errorf("the filesystem of %s does not take idmapped mounts: %w", dir, err)
+		}
+		unix.Close(fd)
+		return nil
+	})
 }
 
 // kernelAtLeast compares a kernel release ("6.18.44-fc-v1272") with a

@@ -89,14 +89,12 @@ func ContainerOf(ms []IDMap, id uint32) (uint32, bool) {
 // by the user namespace, not by the node's: the kernel lets a container's
 // root mount sysfs only in a network namespace its user namespace owns.
 //
-// The namespaces belong to a child process that never runs: it is forked
-// traced with them, stops at its exec before the program's first
-// instruction, they are bind-mounted, and it is killed. (The kernel lets
-// only a single-threaded process unshare a user namespace, so the thread
-// trick of Pin does not work; a child cloned into them, whose maps the
-// parent writes, does.) setgroups stays allowed in the namespace: runc
-// sets a container's supplementary groups there. On failure nothing is
-// left behind.
+// The namespaces belong to a child process that never runs
+// (InNewNamespaces); they are bind-mounted, and it is killed. (The kernel
+// lets only a single-threaded process unshare a user namespace, so the
+// thread trick of Pin does not work.) setgroups stays allowed in the
+// namespace: runc sets a container's supplementary groups there. On
+// failure nothing is left behind.
 func (p *Pinner) PinUser(name string, uids, gids []IDMap, kinds ...Kind) (Paths, error) {
 	if name == "" || strings.ContainsAny(name, "/,=") || name == "." || name == ".." {
 		return nil, fmt.Errorf("pinned namespace name %q: want a plain file name", name)
@@ -121,46 +119,56 @@ func (p *Pinner) PinUser(name string, uids, gids []IDMap, kinds ...Kind) (Paths,
 	if err != nil {
 		return nil, err
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- pinInChild(uintptr(flags), paths, uids, gids) }()
-	if err := <-errc; err != nil {
+	err = InNewNamespaces(uintptr(flags), uids, gids, func(pid int) error {
+		for k, path := range paths {
+			src := fmt.Sprintf("/proc/%d/ns/%s", pid, k)
+			if err := unix.Mount(src, path, "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("bind-mounting the new %s namespace on %s: %w", k, path, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		p.removeAll(paths)
 		return nil, fmt.Errorf("pinning the user namespace %s: %w", name, err)
 	}
 	return paths, nil
 }
 
-// pinInChild forks the traced child (ptrace ties it to the thread that
-// forked it, hence the locked thread) in new namespaces of flags, pins
-// them on paths and kills it.
-func pinInChild(flags uintptr, paths Paths, uids, gids []IDMap) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{"netshim-userns"}
-	cmd.Env = []string{}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:                 flags,
-		UidMappings:                sysMaps(uids),
-		GidMappings:                sysMaps(gids),
-		GidMappingsEnableSetgroups: true,
-		Ptrace:                     true,
-		Pdeathsig:                  syscall.SIGKILL,
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting a process in new namespaces: %w", err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	for k, path := range paths {
-		src := fmt.Sprintf("/proc/%d/ns/%s", cmd.Process.Pid, k)
-		if err := unix.Mount(src, path, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind-mounting the new %s namespace on %s: %w", k, path, err)
+// InNewNamespaces calls fn with the pid of a process in new namespaces of
+// flags (CLONE_NEWUSER among them, with the uid and gid maps; setgroups
+// allowed), whose /proc/<pid>/ns/ fn may open or bind-mount, and kills the
+// process when fn returns. The process never runs a line of its program:
+// it is forked traced and stops at its exec. (A multi-threaded process
+// such as netshim cannot unshare a user namespace itself; ptrace ties the
+// child to the thread that forked it, hence the locked thread.)
+func InNewNamespaces(flags uintptr, uids, gids []IDMap, fn func(pid int) error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cmd := exec.Command("/proc/self/exe")
+		cmd.Args = []string{"netshim-namespaces"}
+		cmd.Env = []string{}
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:                 flags,
+			UidMappings:                sysMaps(uids),
+			GidMappings:                sysMaps(gids),
+			GidMappingsEnableSetgroups: true,
+			Ptrace:                     true,
+			Pdeathsig:                  syscall.SIGKILL,
 		}
-	}
-	return nil
+		if err := cmd.Start(); err != nil {
+			errc <- fmt.Errorf("starting a process in new namespaces: %w", err)
+			return
+		}
+		defer func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}()
+		errc <- fn(cmd.Process.Pid)
+	}()
+	return <-errc
 }
 
 func sysMaps(ms []IDMap) []syscall.SysProcIDMap {
