@@ -239,6 +239,15 @@ const runtimeclassHandler = "test-handler"
 const featureGates = "PodAndContainerStatsFromCRI=true"
 
 func TestNodeConformance(t *testing.T) {
+	// Registered first, so it runs last: the failures are then the end
+	// of the output, after the logs other cleanups show, which is the
+	// part of a CI log one sees.
+	var failures []string
+	t.Cleanup(func() {
+		if t.Failed() && len(failures) > 0 {
+			t.Logf("node conformance: the specs that failed (their logs: e2e_node.log above):\n%s", strings.Join(failures, "\n"))
+		}
+	})
 	e := loadEnv(t)
 	preflight(t)
 	if err := os.MkdirAll(e.out, 0o755); err != nil {
@@ -406,6 +415,11 @@ func TestNodeConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := tally.Lines()
+	for _, l := range lines {
+		if strings.HasPrefix(l, "FAIL ") {
+			failures = append(failures, l)
+		}
+	}
 	if e.focus == "" && e.except == "" {
 		for _, s := range tally.UnusedSkips {
 			lines = append(lines, fmt.Sprintf("NOTE skip list entry %q matched no spec of this run", s.Pattern))
