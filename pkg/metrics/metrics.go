@@ -216,3 +216,12 @@ func (m *Metrics) SetStateCounts(fn func() (sandboxes, containers map[string]int
 	}
 	m.states.set(fn)
 }
+
+// SetModeCounts sets what netshim_sandbox_modes reports: fn is called at
+// each scrape and returns the number of sandboxes per mode and reason.
+func (m *Metrics) SetModeCounts(fn func() map[SandboxMode]int) {
+	if m == nil {
+		return
+	}
+	m.states.setModes(fn)
+}

@@ -118,6 +118,30 @@ netshim_sandboxes{state="running"} 2
 	}
 }
 
+func TestSandboxModesReadAtScrape(t *testing.T) {
+	m := New()
+	m.SetStateCounts(func() (map[string]int, map[string]int) { return nil, nil })
+	if n := testutil.CollectAndCount(m.reg, "netshim_sandbox_modes"); n != 0 {
+		t.Fatalf("without a source: %d series, want 0", n)
+	}
+	calls := 0
+	m.SetModeCounts(func() map[SandboxMode]int {
+		calls++
+		return map[SandboxMode]int{{"pauseless", "no-pause-needed"}: 4, {"pinned", "shared-pid-namespace"}: 1}
+	})
+	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(`
+# HELP netshim_sandbox_modes Pod sandboxes netshim knows, by the sandbox mode each was made in (docker, pinned, pauseless) and why it got that mode (--sandbox-netns=auto picks per pod).
+# TYPE netshim_sandbox_modes gauge
+netshim_sandbox_modes{mode="pauseless",reason="no-pause-needed"} 4
+netshim_sandbox_modes{mode="pinned",reason="shared-pid-namespace"} 1
+`), "netshim_sandbox_modes"); err != nil {
+		t.Error(err)
+	}
+	if calls != 1 {
+		t.Errorf("source called %d times for one scrape, want 1", calls)
+	}
+}
+
 func TestRuntimeAndProcessCollectorsRegistered(t *testing.T) {
 	m := New()
 	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total"} {
@@ -138,6 +162,7 @@ func TestNilMetricsIsNoOp(t *testing.T) {
 	m.GCAttachmentReleased()
 	m.LogFollowerRestarted()
 	m.SetStateCounts(func() (map[string]int, map[string]int) { return nil, nil })
+	m.SetModeCounts(func() map[SandboxMode]int { return nil })
 	if m.Registry() != nil {
 		t.Error("nil Metrics has a registry")
 	}
