@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -177,5 +178,20 @@ func TestExposureWarning(t *testing.T) {
 				t.Errorf("%s, profiling %v: warning %q does not say what is exposed", tc.ip, profiling, w)
 			}
 		}
+	}
+}
+
+func TestModeCountsKV(t *testing.T) {
+	got := modeCountsKV(map[metrics.SandboxMode]int{
+		{Mode: "pinned", Reason: "shared-pid-namespace"}: 2,
+		{Mode: "docker", Reason: "host-network"}:         1,
+		{Mode: "pauseless", Reason: "no-pause-needed"}:   7,
+	})
+	want := []any{"docker/host-network", 1, "pauseless/no-pause-needed", 7, "pinned/shared-pid-namespace", 2}
+	if !slices.Equal(got, want) {
+		t.Errorf("modeCountsKV = %v, want %v", got, want)
+	}
+	if got := modeCountsKV(nil); len(got) != 0 {
+		t.Errorf("no sandboxes: %v", got)
 	}
 }

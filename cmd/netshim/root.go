@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -310,12 +312,33 @@ func gcPeriod(d time.Duration) time.Duration {
 
 // logSandboxNetNSMode says at start-up where new pods' network namespaces
 // will come from (--sandbox-netns), waiting a little for the engine's
-// runtimes, which decide the auto mode.
+// runtimes, which decide the auto mode, and which modes the pods netshim
+// already has were made in, and why.
 func logSandboxNetNSMode(ctx context.Context, ds *dockerservice.DockerService) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	mode, reason := ds.SandboxNetNSMode(ctx)
 	klog.InfoS("Sandbox network namespaces", "mode", mode, "reason", reason)
+	if kv := modeCountsKV(ds.SandboxModeCounts()); len(kv) > 0 {
+		klog.InfoS("Pod sandboxes by mode and why they got it", kv...)
+	}
+}
+
+// modeCountsKV is a log line's key/value pairs of sandbox counts, keyed
+// "mode/reason", in a stable order.
+func modeCountsKV(counts map[metrics.SandboxMode]int) []any {
+	keys := make([]metrics.SandboxMode, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b metrics.SandboxMode) int {
+		return cmp.Or(cmp.Compare(a.Mode, b.Mode), cmp.Compare(a.Reason, b.Reason))
+	})
+	kv := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		kv = append(kv, k.Mode+"/"+k.Reason, counts[k])
+	}
+	return kv
 }
 
 // ensureNetNSDir makes --netns-dir an unbindable mount before any pod's

@@ -94,6 +94,13 @@ type PodSandbox struct {
 	// and this checkpoint is the only record of the sandbox. nil for a
 	// sandbox with an infra container.
 	Pauseless *Pauseless `json:"pauseless,omitempty"`
+	// Mode is the sandbox mode the sandbox was made in (docker, pinned,
+	// pauseless) and ModeReason the code of why it got that one
+	// (--sandbox-netns=auto picks per pod). Empty in checkpoints written
+	// before the fields existed, and in those rebuilt from an infra
+	// container's labels.
+	Mode       string `json:"mode,omitempty"`
+	ModeReason string `json:"modeReason,omitempty"`
 }
 
 // Pauseless is what a sandbox without an infra container needs beyond

@@ -1,6 +1,10 @@
 package dockerservice
 
-import "github.com/netshim/netshim/pkg/dockerservice/store"
+import (
+	"github.com/netshim/netshim/pkg/checkpoint"
+	"github.com/netshim/netshim/pkg/dockerservice/store"
+	"github.com/netshim/netshim/pkg/metrics"
+)
 
 // What the service reports to pkg/metrics beyond the calls it makes:
 // sandboxes and containers by state (read from the index at scrape time,
@@ -30,6 +34,29 @@ func (ds *DockerService) countByState() (sandboxes, containers map[string]int) {
 		return out
 	}
 	return count(store.KindSandbox), count(store.KindContainer)
+}
+
+// countByMode counts the index's sandboxes by the mode each was made in
+// and why (sandboxModeOf), from the checkpoints' mirror: no disk read.
+func (ds *DockerService) countByMode() map[metrics.SandboxMode]int {
+	out := map[metrics.SandboxMode]int{}
+	for _, r := range ds.store().List(store.KindSandbox) {
+		mode, why := ds.sandboxModeOf(r, ds.getCheckpoint(r.ID))
+		out[metrics.SandboxMode{Mode: mode, Reason: why}]++
+	}
+	return out
+}
+
+// SandboxModeCounts is countByMode over the checkpoints alone, for the
+// start-up log, before the index's first sync: every sandbox netshim made
+// has one.
+func (ds *DockerService) SandboxModeCounts() map[metrics.SandboxMode]int {
+	out := map[metrics.SandboxMode]int{}
+	for _, cp := range ds.pods.Select(func(*checkpoint.PodSandbox) bool { return true }) {
+		mode, why := ds.sandboxModeOf(nil, cp)
+		out[metrics.SandboxMode{Mode: mode, Reason: why}]++
+	}
+	return out
 }
 
 // Ready says whether the daemon can answer kubelet: once the index has

@@ -98,6 +98,9 @@ type sandboxRequest struct {
 	// (dockerCgroupParent).
 	cgroupParent string
 	timer        *stepTimer
+	// mode and modeReason are the controller's mode and why the pod got
+	// it (chooseSandboxController), for its checkpoint.
+	mode, modeReason string
 	// userns is the pod's pinned user namespace, once made (pinned mode).
 	userns string
 }
@@ -109,11 +112,13 @@ func podHostNetwork(cfg *runtimeapi.PodSandboxConfig) bool {
 	return cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 }
 
-// chooseSandboxController decides how a new sandbox is made: pause-less
-// when that mode is on and the pod can do without a pause container
-// (canBePauseless), pinned when usePinnedNetNS says so, else docker. The
-// one place a new pod's mode is decided.
-func (ds *DockerService) chooseSandboxController(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (sandboxController, error) {
+// chooseSandboxController decides how a new sandbox is made, and says why
+// (a modeReason code): in the auto and pauseless modes, pause-less when the
+// engine has the wrapper and the pod can do without a pause container
+// (pauseNeeded), pinned when it cannot; pinned in the pinned mode; docker
+// when usePinnedNetNS says the pod's netns is not pinned. The one place a
+// new pod's mode is decided.
+func (ds *DockerService) chooseSandboxController(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (sandboxController, string, error) {
 	pinned, err := ds.usePinnedNetNS(ctx, podHostNetwork(cfg), handler)
 	if _, _, userns := dockerspec.PodUserNS(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()); userns && err == nil {
 		// A pod user namespace is pinned with the netns it owns, and
@@ -122,13 +127,98 @@ func (ds *DockerService) chooseSandboxController(ctx context.Context, cfg *runti
 	}
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, "", err
 	case !pinned:
-		return dockerSandboxes{infraSandboxes{ds}}, nil
-	case ds.cfg.SandboxNetNS == SandboxNetNSPauseless && canBePauseless(cfg, handler):
-		return pauselessSandboxes{ds}, nil
+		return dockerSandboxes{infraSandboxes{ds}}, ds.dockerModeReason(ctx, cfg, handler), nil
+	case ds.cfg.SandboxNetNS == SandboxNetNSPinned:
+		return pinnedSandboxes{infraSandboxes{ds}}, reasonConfigured, nil
 	}
-	return pinnedSandboxes{infraSandboxes{ds}}, nil
+	if why := pauseNeeded(cfg, handler); why != "" {
+		return pinnedSandboxes{infraSandboxes{ds}}, why, nil
+	}
+	return pauselessSandboxes{ds}, reasonNoPauseNeeded, nil
+}
+
+// dockerModeReason says why a pod whose netns is not pinned
+// (usePinnedNetNS) gets the docker mode.
+func (ds *DockerService) dockerModeReason(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) string {
+	switch {
+	case ds.cfg.SandboxNetNS == SandboxNetNSDocker || ds.cfg.SandboxNetNS == "":
+		return reasonConfigured
+	case podHostNetwork(cfg):
+		return reasonHostNetwork
+	case handler != "":
+		return reasonRuntimeHandler
+	}
+	if m := ds.sandboxNetNSMode(ctx); m.code != "" {
+		return m.code
+	}
+	return reasonNoWrapper
+}
+
+// Why a sandbox got its mode: a code, in its checkpoint
+// (checkpoint.PodSandbox.ModeReason), its verbose status and the label of
+// the netshim_sandbox_modes metric; modeReasonText says it in words.
+const (
+	// reasonConfigured: --sandbox-netns named the mode (pinned or docker).
+	reasonConfigured = "configured"
+	// reasonNoPauseNeeded: auto or pauseless, the wrapper registered, and
+	// the pod can do without a pause container.
+	reasonNoPauseNeeded = "no-pause-needed"
+	// reasonSharedPID: the pod's containers share a PID namespace, whose
+	// init must be a pause process (pinned).
+	reasonSharedPID = "shared-pid-namespace"
+	// reasonNodeIPC: a pod network with the node's IPC namespace (pinned).
+	reasonNodeIPC = "node-ipc-namespace"
+	// reasonHostNetwork: the node's network, no netns to pin (docker).
+	reasonHostNetwork = "host-network"
+	// reasonRuntimeHandler: a RuntimeClass handler; the wrapper execs runc
+	// (docker).
+	reasonRuntimeHandler = "runtime-handler"
+	// reasonNoWrapper: auto, and the engine has no netshim-oci (docker).
+	reasonNoWrapper = "no-wrapper"
+	// reasonEngineDefaultRuntime: auto, and the engine's default runtime
+	// is not runc, which the wrapper execs (docker).
+	reasonEngineDefaultRuntime = "engine-default-runtime"
+	// reasonUnrecorded: a sandbox whose checkpoint does not say (made by
+	// an earlier netshim, or rebuilt from its infra container).
+	reasonUnrecorded = "unrecorded"
+)
+
+// modeReasonText is a modeReason code in words, for verbose status.
+func modeReasonText(code string) string {
+	switch code {
+	case reasonConfigured:
+		return "--sandbox-netns names this mode"
+	case reasonNoPauseNeeded:
+		return "the engine has runtime " + OCIWrapperRuntime + " and the pod needs no pause container"
+	case reasonSharedPID:
+		return "the pod's containers share a PID namespace (shareProcessNamespace, or no namespace options), which needs a pause process as its init"
+	case reasonNodeIPC:
+		return "the pod uses the node's IPC namespace (hostIPC) with a network of its own"
+	case reasonHostNetwork:
+		return "the pod uses the node's network (hostNetwork): no network namespace to pin"
+	case reasonRuntimeHandler:
+		return "the pod names a runtime handler (RuntimeClass), and " + OCIWrapperRuntime + " execs runc"
+	case reasonNoWrapper:
+		return "--sandbox-netns=auto and the Docker engine has no runtime " + OCIWrapperRuntime
+	case reasonEngineDefaultRuntime:
+		return "--sandbox-netns=auto and the Docker engine's default runtime is not runc, which " + OCIWrapperRuntime + " execs"
+	}
+	return "made by a netshim that did not record why, or rebuilt from its infra container"
+}
+
+// sandboxModeOf is the mode of an existing sandbox and why it got it:
+// what its checkpoint recorded, else the mode of its controller.
+func (ds *DockerService) sandboxModeOf(rec *store.Record, cp *checkpoint.PodSandbox) (mode, reason string) {
+	if cp != nil && cp.Mode != "" {
+		reason = cp.ModeReason
+		if reason == "" {
+			reason = reasonUnrecorded
+		}
+		return cp.Mode, reason
+	}
+	return ds.controllerOf(rec, cp).mode(), reasonUnrecorded
 }
 
 // controllerOf is the controller of an existing sandbox, from what it has:

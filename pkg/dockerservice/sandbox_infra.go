@@ -77,7 +77,7 @@ func (c infraSandboxes) create(ctx context.Context, req *sandboxRequest, config 
 		}
 		return nil, nil, nil, fmt.Errorf("locking new sandbox %s: %w", id, err)
 	}
-	cp = newSandboxCheckpoint(id, req.cfg, netns)
+	cp = newSandboxCheckpoint(id, req, netns)
 	cp.UserNS = req.userns
 	if req.hostNetwork() {
 		// A host-network pod has no pod network to set up.

@@ -115,47 +115,52 @@ func (ds *DockerService) initPinning() error {
 type netnsMode struct {
 	Mode   string `json:"mode"`
 	Reason string `json:"reason"`
+	// code is the modeReason of a docker mode that auto fell back to
+	// (reasonNoWrapper, reasonEngineDefaultRuntime), "" otherwise.
+	code string
 }
 
 // sandboxNetNSMode says which mode new sandboxes (with the default
-// runtime handler and their own network) get now. auto follows the
-// engine: the runtimes are read again every engine.RuntimesMaxAge, so registering
-// the wrapper (daemon.json and SIGHUP) switches new pods to pinned without
-// a restart, and unregistering it switches them back.
+// runtime handler and their own network) get now: in the pauseless mode,
+// and in auto with the wrapper, those that need no pause container
+// (chooseSandboxController has the rest). auto follows the engine: the
+// runtimes are read again every engine.RuntimesMaxAge, so registering the
+// wrapper (`netshim engine register`) switches new pods to the fast modes
+// without a restart, and unregistering it switches them back.
 func (ds *DockerService) sandboxNetNSMode(ctx context.Context) netnsMode {
 	switch ds.cfg.SandboxNetNS {
 	case SandboxNetNSDocker, "":
 		// No read for this mode; a misregistered wrapper fails every
 		// pod in any mode (checkRuntimeHandler).
 		if r := ds.engine.CachedRuntimes(); r != nil && r.WrapperMisuse != "" {
-			return netnsMode{"unavailable", "RunPodSandbox fails: " + r.WrapperMisuse}
+			return netnsMode{Mode: "unavailable", Reason: "RunPodSandbox fails: " + r.WrapperMisuse}
 		}
-		return netnsMode{SandboxNetNSDocker, "--sandbox-netns=docker"}
+		return netnsMode{Mode: SandboxNetNSDocker, Reason: "--sandbox-netns=docker"}
 	}
 	r := ds.engine.Runtimes(ctx, engine.RuntimesReadTimeout)
 	if r != nil && r.WrapperMisuse != "" {
-		return netnsMode{"unavailable", "RunPodSandbox fails: " + r.WrapperMisuse}
+		return netnsMode{Mode: "unavailable", Reason: "RunPodSandbox fails: " + r.WrapperMisuse}
 	}
 	if r != nil && r.HasWrapper && ds.cfg.SandboxNetNS == SandboxNetNSAuto && r.DefaultRuntime != "" && r.DefaultRuntime != "runc" {
 		// The wrapper execs runc: on an engine whose default runtime is
 		// another (gVisor, say), auto must not move the pause containers
 		// of default-handler pods to runc.
-		return netnsMode{SandboxNetNSDocker, fmt.Sprintf("--sandbox-netns=auto and the Docker engine's default runtime is %q, not runc, which %s execs", r.DefaultRuntime, OCIWrapperRuntime)}
+		return netnsMode{SandboxNetNSDocker, fmt.Sprintf("--sandbox-netns=auto and the Docker engine's default runtime is %q, not runc, which %s execs", r.DefaultRuntime, OCIWrapperRuntime), reasonEngineDefaultRuntime}
 	}
-	if r != nil && r.HasWrapper && ds.cfg.SandboxNetNS == SandboxNetNSPauseless {
-		return netnsMode{SandboxNetNSPauseless, fmt.Sprintf("--sandbox-netns=pauseless and the Docker engine has runtime %s; pods that share a PID namespace, use the node's IPC namespace or name a runtime handler keep a pause container", OCIWrapperRuntime)}
+	if r != nil && r.HasWrapper && ds.cfg.SandboxNetNS != SandboxNetNSPinned {
+		return netnsMode{Mode: SandboxNetNSPauseless, Reason: fmt.Sprintf("--sandbox-netns=%s and the Docker engine has runtime %s; pods that share a PID namespace or use the node's IPC namespace get a pause container (pinned), host-network pods and pods with a runtime handler the docker mode", ds.cfg.SandboxNetNS, OCIWrapperRuntime)}
 	}
 	if r != nil && r.HasWrapper {
-		return netnsMode{SandboxNetNSPinned, fmt.Sprintf("--sandbox-netns=%s and the Docker engine has runtime %s", ds.cfg.SandboxNetNS, OCIWrapperRuntime)}
+		return netnsMode{Mode: SandboxNetNSPinned, Reason: fmt.Sprintf("--sandbox-netns=%s and the Docker engine has runtime %s", ds.cfg.SandboxNetNS, OCIWrapperRuntime)}
 	}
 	why := "the Docker engine's runtimes are not known yet"
 	if r != nil {
 		why = fmt.Sprintf("the Docker engine has no runtime %s (it has %v)", OCIWrapperRuntime, r.Names)
 	}
 	if ds.cfg.SandboxNetNS == SandboxNetNSPinned || ds.cfg.SandboxNetNS == SandboxNetNSPauseless {
-		return netnsMode{"unavailable", "--sandbox-netns=" + ds.cfg.SandboxNetNS + " but " + why + ": RunPodSandbox fails until it is registered"}
+		return netnsMode{Mode: "unavailable", Reason: "--sandbox-netns=" + ds.cfg.SandboxNetNS + " but " + why + ": RunPodSandbox fails until it is registered (netshim engine register)"}
 	}
-	return netnsMode{SandboxNetNSDocker, "--sandbox-netns=auto and " + why}
+	return netnsMode{SandboxNetNSDocker, "--sandbox-netns=auto and " + why + " (netshim engine register adds it)", reasonNoWrapper}
 }
 
 // usePinnedNetNS decides for one sandbox. Host-network pods have no netns

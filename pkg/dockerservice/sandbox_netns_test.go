@@ -354,8 +354,8 @@ func TestWrapperIsNoRuntimeHandler(t *testing.T) {
 		}
 	}
 	var m netnsMode
-	if err := json.Unmarshal([]byte(st.Info["sandboxNetns"]), &m); err != nil || m.Mode != SandboxNetNSPinned {
-		t.Errorf("Status info sandboxNetns = %q (%v), want mode pinned", st.Info["sandboxNetns"], err)
+	if err := json.Unmarshal([]byte(st.Info["sandboxNetns"]), &m); err != nil || m.Mode != SandboxNetNSPauseless {
+		t.Errorf("Status info sandboxNetns = %q (%v), want mode pauseless (auto with the wrapper)", st.Info["sandboxNetns"], err)
 	}
 	if st, _ := e.ds.Status(context.Background(), &runtimeapi.StatusRequest{}); len(st.Info) != 0 {
 		t.Errorf("non-verbose Status has info %v", st.Info)

@@ -52,13 +52,21 @@ type pauselessSandboxes struct{ ds *DockerService }
 
 func (pauselessSandboxes) mode() string { return SandboxNetNSPauseless }
 
-// canBePauseless says whether a pod can do without a pause container.
-func canBePauseless(cfg *runtimeapi.PodSandboxConfig, handler string) bool {
+// pauseNeeded says why a pod cannot do without a pause container (a
+// modeReason code), or "" if it can.
+func pauseNeeded(cfg *runtimeapi.PodSandboxConfig, handler string) string {
 	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
-	return handler == "" &&
-		ns.GetNetwork() != runtimeapi.NamespaceMode_NODE &&
-		ns.GetIpc() != runtimeapi.NamespaceMode_NODE &&
-		ns.GetPid() != runtimeapi.NamespaceMode_POD
+	switch {
+	case handler != "":
+		return reasonRuntimeHandler
+	case ns.GetNetwork() == runtimeapi.NamespaceMode_NODE:
+		return reasonHostNetwork
+	case ns.GetIpc() == runtimeapi.NamespaceMode_NODE:
+		return reasonNodeIPC
+	case ns.GetPid() == runtimeapi.NamespaceMode_POD:
+		return reasonSharedPID
+	}
+	return ""
 }
 
 // newSandboxID makes the ID of a pause-less sandbox: 64 hex characters,
@@ -117,7 +125,7 @@ func (c pauselessSandboxes) run(ctx context.Context, req *sandboxRequest) (*runt
 	if dns := cfg.GetDnsConfig(); dns != nil {
 		pl.DNS = &checkpoint.DNS{Servers: dns.Servers, Searches: dns.Searches, Options: dns.Options}
 	}
-	cp := newSandboxCheckpoint(id, cfg, paths[podns.Net])
+	cp := newSandboxCheckpoint(id, req, paths[podns.Net])
 	cp.UserNS = paths[podns.User]
 	cp.Pauseless = pl
 	// The pod's sysctls go into its namespaces now, before the ADD and

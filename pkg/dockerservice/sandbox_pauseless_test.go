@@ -3,6 +3,7 @@ package dockerservice
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,6 +23,7 @@ import (
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/labelcodec"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
+	"github.com/netshim/netshim/pkg/metrics"
 	"github.com/netshim/netshim/pkg/podns"
 )
 
@@ -125,29 +127,41 @@ func TestChooseSandboxController(t *testing.T) {
 		cfg            *runtimeapi.PodSandboxConfig
 		handler        string
 		want           string // the controller's mode
+		why            string // its modeReason code
 		wantCode       codes.Code
 	}{
-		{name: "pauseless", mode: SandboxNetNSPauseless, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSPauseless},
+		{name: "pauseless", mode: SandboxNetNSPauseless, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSPauseless, why: reasonNoPauseNeeded},
 		{name: "pauseless, explicit CONTAINER pid and POD ipc and network", mode: SandboxNetNSPauseless, wrapper: true,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD, Network: runtimeapi.NamespaceMode_POD}), want: SandboxNetNSPauseless},
-		{name: "pauseless, engine default not runc: the operator's choice", mode: SandboxNetNSPauseless, wrapper: true, defaultRuntime: "runsc", cfg: pauselessPodConfig("web"), want: SandboxNetNSPauseless},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD, Network: runtimeapi.NamespaceMode_POD}), want: SandboxNetNSPauseless, why: reasonNoPauseNeeded},
+		{name: "pauseless, engine default not runc: the operator's choice", mode: SandboxNetNSPauseless, wrapper: true, defaultRuntime: "runsc", cfg: pauselessPodConfig("web"), want: SandboxNetNSPauseless, why: reasonNoPauseNeeded},
 		{name: "pauseless, shared pid namespace", mode: SandboxNetNSPauseless, wrapper: true,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD}), want: SandboxNetNSPinned},
-		{name: "pauseless, no namespace options: pid POD, the CRI's zero value", mode: SandboxNetNSPauseless, wrapper: true, cfg: podConfig("web"), want: SandboxNetNSPinned},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD}), want: SandboxNetNSPinned, why: reasonSharedPID},
+		{name: "pauseless, no namespace options: pid POD, the CRI's zero value", mode: SandboxNetNSPauseless, wrapper: true, cfg: podConfig("web"), want: SandboxNetNSPinned, why: reasonSharedPID},
 		{name: "pauseless, node pid namespace", mode: SandboxNetNSPauseless, wrapper: true,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSPauseless},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSPauseless, why: reasonNoPauseNeeded},
 		{name: "pauseless, node IPC", mode: SandboxNetNSPauseless, wrapper: true,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSPinned},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSPinned, why: reasonNodeIPC},
 		{name: "pauseless, host network", mode: SandboxNetNSPauseless, wrapper: true,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Network: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSDocker},
-		{name: "pauseless, RuntimeClass handler", mode: SandboxNetNSPauseless, wrapper: true, cfg: pauselessPodConfig("web"), handler: "runc", want: SandboxNetNSDocker},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Network: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSDocker, why: reasonHostNetwork},
+		{name: "pauseless, RuntimeClass handler", mode: SandboxNetNSPauseless, wrapper: true, cfg: pauselessPodConfig("web"), handler: "runc", want: SandboxNetNSDocker, why: reasonRuntimeHandler},
 		{name: "pauseless without the wrapper", mode: SandboxNetNSPauseless, cfg: pauselessPodConfig("web"), wantCode: codes.FailedPrecondition},
 		{name: "pauseless without the wrapper, host network", mode: SandboxNetNSPauseless,
-			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Network: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSDocker},
-		{name: "auto", mode: SandboxNetNSAuto, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSPinned},
-		{name: "auto without the wrapper", mode: SandboxNetNSAuto, cfg: pauselessPodConfig("web"), want: SandboxNetNSDocker},
-		{name: "pinned", mode: SandboxNetNSPinned, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSPinned},
-		{name: "docker", mode: SandboxNetNSDocker, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSDocker},
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Network: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSDocker, why: reasonHostNetwork},
+		{name: "auto", mode: SandboxNetNSAuto, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSPauseless, why: reasonNoPauseNeeded},
+		{name: "auto, shared pid namespace", mode: SandboxNetNSAuto, wrapper: true,
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD}), want: SandboxNetNSPinned, why: reasonSharedPID},
+		{name: "auto, no namespace options", mode: SandboxNetNSAuto, wrapper: true, cfg: podConfig("web"), want: SandboxNetNSPinned, why: reasonSharedPID},
+		{name: "auto, node IPC", mode: SandboxNetNSAuto, wrapper: true,
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSPinned, why: reasonNodeIPC},
+		{name: "auto, host network", mode: SandboxNetNSAuto, wrapper: true,
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Network: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSDocker, why: reasonHostNetwork},
+		{name: "auto, RuntimeClass handler", mode: SandboxNetNSAuto, wrapper: true, cfg: pauselessPodConfig("web"), handler: "runc", want: SandboxNetNSDocker, why: reasonRuntimeHandler},
+		{name: "auto, engine default not runc", mode: SandboxNetNSAuto, wrapper: true, defaultRuntime: "runsc", cfg: pauselessPodConfig("web"), want: SandboxNetNSDocker, why: reasonEngineDefaultRuntime},
+		{name: "auto without the wrapper", mode: SandboxNetNSAuto, cfg: pauselessPodConfig("web"), want: SandboxNetNSDocker, why: reasonNoWrapper},
+		{name: "pinned", mode: SandboxNetNSPinned, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSPinned, why: reasonConfigured},
+		{name: "pinned, host network", mode: SandboxNetNSPinned, wrapper: true,
+			cfg: nsCfg(&runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER, Network: runtimeapi.NamespaceMode_NODE}), want: SandboxNetNSDocker, why: reasonHostNetwork},
+		{name: "docker", mode: SandboxNetNSDocker, wrapper: true, cfg: pauselessPodConfig("web"), want: SandboxNetNSDocker, why: reasonConfigured},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			def := tc.defaultRuntime
@@ -155,7 +169,7 @@ func TestChooseSandboxController(t *testing.T) {
 				def = "runc"
 			}
 			e, _ := newPinnedEnvDefault(t, tc.mode, tc.wrapper, def)
-			ctl, err := e.ds.chooseSandboxController(context.Background(), tc.cfg, tc.handler)
+			ctl, why, err := e.ds.chooseSandboxController(context.Background(), tc.cfg, tc.handler)
 			if codeOf(err) != tc.wantCode {
 				t.Fatalf("error = %v, want code %v", err, tc.wantCode)
 			}
@@ -167,8 +181,11 @@ func TestChooseSandboxController(t *testing.T) {
 				}
 				return
 			}
-			if got := ctl.mode(); got != tc.want {
-				t.Errorf("mode = %v, want %v", got, tc.want)
+			if got := ctl.mode(); got != tc.want || why != tc.why {
+				t.Errorf("mode = %v (%s), want %v (%s)", got, why, tc.want, tc.why)
+			}
+			if strings.HasPrefix(modeReasonText(why), "made by") {
+				t.Errorf("reason %q has no words of its own", why)
 			}
 		})
 	}
@@ -824,5 +841,71 @@ func TestPauselessSurvivesANewNetnsDir(t *testing.T) {
 	}
 	if left := listDir(t, oldDir); len(left) != 0 {
 		t.Errorf("old netns dir holds %q after the pod was removed", left)
+	}
+}
+
+// With --sandbox-netns=auto and the wrapper, each pod gets the fastest
+// mode it allows; its checkpoint, its verbose status and the
+// netshim_sandbox_modes counts say which and why.
+func TestAutoModePerPodRecorded(t *testing.T) {
+	e, _ := newPinnedEnv(t, SandboxNetNSAuto, true)
+	ctx := context.Background()
+	shared := podConfig("shared") // no namespace options: PID namespace POD
+	for _, tc := range []struct {
+		cfg        *runtimeapi.PodSandboxConfig
+		mode, why  string
+		detailWord string
+	}{
+		{pauselessPodConfig("fast"), SandboxNetNSPauseless, reasonNoPauseNeeded, "no pause container"},
+		{shared, SandboxNetNSPinned, reasonSharedPID, "PID namespace"},
+	} {
+		resp, err := e.ds.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: tc.cfg})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.cfg.Metadata.Name, err)
+		}
+		id := resp.PodSandboxId
+		if cp := e.ds.getCheckpoint(id); cp == nil || cp.Mode != tc.mode || cp.ModeReason != tc.why {
+			t.Errorf("%s: checkpoint %+v, want mode %s reason %s", tc.cfg.Metadata.Name, cp, tc.mode, tc.why)
+		}
+		st, err := e.ds.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info struct {
+			Mode sandboxModeInfo `json:"sandboxMode"`
+		}
+		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
+			t.Fatalf("verbose info: %v\n%s", err, st.Info["info"])
+		}
+		if info.Mode.Mode != tc.mode || info.Mode.Reason != tc.why || !strings.Contains(info.Mode.Detail, tc.detailWord) {
+			t.Errorf("%s: verbose sandboxMode %+v, want %s/%s saying %q", tc.cfg.Metadata.Name, info.Mode, tc.mode, tc.why, tc.detailWord)
+		}
+	}
+	want := map[metrics.SandboxMode]int{{Mode: SandboxNetNSPauseless, Reason: reasonNoPauseNeeded}: 1, {Mode: SandboxNetNSPinned, Reason: reasonSharedPID}: 1}
+	if got := e.ds.countByMode(); !maps.Equal(got, want) {
+		t.Errorf("countByMode = %v, want %v", got, want)
+	}
+	if got := e.ds.SandboxModeCounts(); !maps.Equal(got, want) {
+		t.Errorf("SandboxModeCounts = %v, want %v", got, want)
+	}
+}
+
+// A checkpoint written before the mode was recorded: the mode comes from
+// what the sandbox has, the reason says it was not recorded.
+func TestSandboxModeOfUnrecorded(t *testing.T) {
+	e, _ := newPinnedEnv(t, SandboxNetNSAuto, true)
+	for _, tc := range []struct {
+		cp   *checkpoint.PodSandbox
+		want string
+	}{
+		{&checkpoint.PodSandbox{SandboxID: "a", Pauseless: &checkpoint.Pauseless{}}, SandboxNetNSPauseless},
+		{&checkpoint.PodSandbox{SandboxID: "b", NetNS: "/run/netshim/netns/pod-b"}, SandboxNetNSPinned},
+		{&checkpoint.PodSandbox{SandboxID: "c"}, SandboxNetNSDocker},
+		{&checkpoint.PodSandbox{SandboxID: "d", Mode: SandboxNetNSPinned}, SandboxNetNSPinned},
+	} {
+		mode, why := e.ds.sandboxModeOf(nil, tc.cp)
+		if mode != tc.want || why != reasonUnrecorded {
+			t.Errorf("%s: %s/%s, want %s/%s", tc.cp.SandboxID, mode, why, tc.want, reasonUnrecorded)
+		}
 	}
 }

@@ -53,7 +53,7 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 	if resp, err, found := ds.existingSandboxByName(ctx, name, md); found {
 		return resp, err
 	}
-	ctl, err := ds.chooseSandboxController(ctx, cfg, r.GetRuntimeHandler())
+	ctl, why, err := ds.chooseSandboxController(ctx, cfg, r.GetRuntimeHandler())
 	if err != nil {
 		return nil, err
 	}
@@ -69,14 +69,16 @@ func (ds *DockerService) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPod
 		return nil, err
 	}
 	defer releaseIDs()
-	return ctl.run(ctx, &sandboxRequest{cfg: cfg, handler: r.GetRuntimeHandler(), name: name, cgroupParent: cgroupParent, timer: t})
+	t.kv = append(t.kv, "mode", ctl.mode(), "modeReason", why)
+	return ctl.run(ctx, &sandboxRequest{cfg: cfg, handler: r.GetRuntimeHandler(), name: name, cgroupParent: cgroupParent, timer: t, mode: ctl.mode(), modeReason: why})
 }
 
 // newSandboxCheckpoint is the first checkpoint of a sandbox being made,
 // its network setup "pending": it is not set up until the checkpoint says
 // so, and a daemon killed before that finds "pending" at start-up, never
 // reports the sandbox READY and releases what the ADD took.
-func newSandboxCheckpoint(id string, cfg *runtimeapi.PodSandboxConfig, netns string) *checkpoint.PodSandbox {
+func newSandboxCheckpoint(id string, req *sandboxRequest, netns string) *checkpoint.PodSandbox {
+	cfg := req.cfg
 	md := cfg.GetMetadata()
 	return &checkpoint.PodSandbox{
 		Version:      checkpoint.CurrentVersion,
@@ -89,6 +91,8 @@ func newSandboxCheckpoint(id string, cfg *runtimeapi.PodSandboxConfig, netns str
 		CreatedAt:    time.Now().UnixNano(),
 		Setup:        checkpoint.SetupPending,
 		NetNS:        netns,
+		Mode:         req.mode,
+		ModeReason:   req.modeReason,
 	}
 }
 

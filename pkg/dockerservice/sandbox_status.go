@@ -23,7 +23,8 @@ func (ds *DockerService) PodSandboxStatus(ctx context.Context, r *runtimeapi.Pod
 	}
 	resp := &runtimeapi.PodSandboxStatusResponse{Status: ds.sandboxStatusOf(ref)}
 	if r.GetVerbose() {
-		info, err := sandboxVerboseInfo(ref, ds.checkSandboxNetwork(ctx, ref))
+		mode, why := ds.sandboxModeOf(ref.rec, ref.cp)
+		info, err := sandboxVerboseInfo(ref, sandboxModeInfo{Mode: mode, Reason: why, Detail: modeReasonText(why)}, ds.checkSandboxNetwork(ctx, ref))
 		if err != nil {
 			return nil, err
 		}
@@ -105,17 +106,26 @@ func podIPs(cp *checkpoint.PodSandbox) []string {
 	return cp.IPs
 }
 
+// sandboxModeInfo is a sandbox's mode in its verbose status: the mode,
+// the modeReason code and that code in words.
+type sandboxModeInfo struct {
+	Mode   string `json:"mode"`
+	Reason string `json:"reason"`
+	Detail string `json:"detail"`
+}
+
 // sandboxVerboseInfo is the "info" map of a verbose status: what netshim
 // knows beyond the CRI fields, for people debugging a pod.
-func sandboxVerboseInfo(ref sandboxRef, check *network.CheckResult) (map[string]string, error) {
+func sandboxVerboseInfo(ref sandboxRef, mode sandboxModeInfo, check *network.CheckResult) (map[string]string, error) {
 	info := struct {
+		Mode          sandboxModeInfo        `json:"sandboxMode"`
 		Checkpoint    *checkpoint.PodSandbox `json:"checkpoint,omitempty"`
 		NetworkResult json.RawMessage        `json:"cniResult,omitempty"`
 		NetworkCheck  *network.CheckResult   `json:"networkCheck,omitempty"` // CNI CHECK
 		Image         string                 `json:"image,omitempty"`
 		Pid           int                    `json:"pid,omitempty"`
 		ContainerName string                 `json:"containerName,omitempty"`
-	}{Checkpoint: ref.cp, NetworkCheck: check}
+	}{Mode: mode, Checkpoint: ref.cp, NetworkCheck: check}
 	if ref.cp != nil {
 		info.NetworkResult = ref.cp.NetworkResult
 	}

@@ -171,6 +171,7 @@ func NewDockerService(cfg Config, client engine.Client, checkpoints *checkpoint.
 	ds.events = events.New(eventSource{ds})
 	ds.store().OnChange(ds.events.Touch)
 	cfg.Metrics.SetStateCounts(ds.countByState) // metrics.go
+	cfg.Metrics.SetModeCounts(ds.countByMode)
 	ds.containers.streams.OnSettled(ds.events.Touch)
 	if err := ds.pods.Load(); err != nil {
 		return nil, err
