@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,6 +54,12 @@ func (r *registrar) register(ctx context.Context) error {
 	out, changed, err := daemonjson.Register(data, dockerservice.OCIWrapperRuntime, r.rt)
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.file, err)
+	}
+	if changed || r.loaded(ctx, true) != nil {
+		// About to reload: nothing the engine runs may be lost by it.
+		if err := r.checkNoRuntimeLost(ctx, out); err != nil {
+			return err
+		}
 	}
 	if changed {
 		if err := writeConfig(r.file, out, mode); err != nil {
@@ -111,6 +118,38 @@ func (r *registrar) unregister(ctx context.Context) error {
 	}
 	fmt.Fprintf(r.out, "runtime %s unregistered\n", dockerservice.OCIWrapperRuntime)
 	return nil
+}
+
+// engineBuiltinRuntimes are the runtimes dockerd has whatever its
+// configuration says.
+var engineBuiltinRuntimes = []string{"runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux"}
+
+// checkNoRuntimeLost refuses a reload that would take a runtime from the
+// engine: on a reload, dockerd gives itself the runtimes of its file only,
+// and drops those of its command line (--add-runtime; seen on Docker 20.10,
+// which also lets a file's "runtimes" replace them at start, and on Docker
+// 29), so the pods that name one would no longer start.
+func (r *registrar) checkNoRuntimeLost(ctx context.Context, file []byte) error {
+	info, err := r.docker.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("docker info: %w", err)
+	}
+	named, err := daemonjson.Names(file)
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.file, err)
+	}
+	var lost []string
+	for name := range info.Runtimes {
+		if !slices.Contains(named, name) && !slices.Contains(engineBuiltinRuntimes, name) {
+			lost = append(lost, name)
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	slices.Sort(lost)
+	return fmt.Errorf("the Docker engine runs runtime(s) %s, which %s does not name (dockerd's --add-runtime, or another --config-file): dockerd keeps only its file's runtimes when it reloads it, so pods that use them would no longer start. Add them to %s's \"runtimes\" first (their paths and arguments: docker info --format '{{json .Runtimes}}'), then run this again; nothing was changed",
+		strings.Join(lost, ", "), r.file, r.file)
 }
 
 // wrapperUsers are the containers (running or not) whose runtime is the
@@ -270,20 +309,23 @@ func newEngineCommand() *cobra.Command {
 	fs := cmd.PersistentFlags()
 	fs.StringVar(&file, "daemon-json", "/etc/docker/daemon.json", "The Docker engine's configuration file")
 	fs.StringVar(&wrapper, "wrapper", defaultWrapper(), "netshim's OCI runtime wrapper")
-	fs.StringVar(&netnsDir, "netns-dir", "/run/netshim/netns", "netshim's --netns-dir: the wrapper accepts namespaces only there (--netshim-netns-dir)")
+	fs.StringVar(&netnsDir, "netns-dir", "/run/netshim/netns", "netshim's --netns-dir: the wrapper accepts namespaces only there (--netshim-netns-dir); empty: in any directory holding netshim's key (several netshims on one engine, as the tests run)")
 	fs.StringVar(&runc, "runc", "", "The runc the wrapper execs (--netshim-runc); empty: runc on the engine's PATH. Pods with hostUsers: false need runc 1.2 or later")
 	fs.StringVar(&endpoint, "docker-endpoint", "unix:///var/run/docker.sock", "The Docker engine's endpoint")
 	fs.StringVar(&pidFile, "docker-pidfile", "/var/run/docker.pid", "dockerd's pid file: register and unregister send it SIGHUP to reload the configuration")
 	fs.DurationVar(&timeout, "timeout", 30*time.Second, "How long to wait for the engine to load the configuration")
 	newRegistrar := func() (*registrar, error) {
-		if !filepath.IsAbs(wrapper) || !filepath.IsAbs(netnsDir) || (runc != "" && !filepath.IsAbs(runc)) {
+		if !filepath.IsAbs(wrapper) || (netnsDir != "" && !filepath.IsAbs(netnsDir)) || (runc != "" && !filepath.IsAbs(runc)) {
 			return nil, errors.New("--wrapper, --netns-dir and --runc take absolute paths")
 		}
 		c, err := engine.NewClient(endpoint)
 		if err != nil {
 			return nil, err
 		}
-		rt := daemonjson.Runtime{Path: wrapper, RuntimeArgs: []string{"--netshim-netns-dir=" + filepath.Clean(netnsDir)}}
+		rt := daemonjson.Runtime{Path: wrapper}
+		if netnsDir != "" {
+			rt.RuntimeArgs = append(rt.RuntimeArgs, "--netshim-netns-dir="+filepath.Clean(netnsDir))
+		}
 		if runc != "" {
 			rt.RuntimeArgs = append(rt.RuntimeArgs, "--netshim-runc="+runc)
 		}

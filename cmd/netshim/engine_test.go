@@ -134,6 +134,37 @@ func TestEngineRegister(t *testing.T) {
 			t.Errorf("file %q reloads %d; want it unchanged, no reload", w.content(t), w.reloads)
 		}
 	})
+	t.Run("a runtime of dockerd's command line, which a reload drops", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, in string
+			refused  bool
+		}{
+			{"file without runtimes", `{"debug": true}`, true},
+			{"absent file", "", true},
+			{"the file names it", `{"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}`, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				w := newEngineWorld(t, tc.in)
+				w.docker.Do(func(s *fakedocker.State) {
+					s.Info.Runtimes["nvidia"] = system.RuntimeWithStatus{Runtime: system.Runtime{Path: "/usr/bin/nvidia-container-runtime"}}
+					s.Info.Runtimes["io.containerd.runc.v2"] = system.RuntimeWithStatus{Runtime: system.Runtime{Path: "runc"}}
+				})
+				err := w.registrar(t).register(ctx)
+				if !tc.refused {
+					if err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				if err == nil || !strings.Contains(err.Error(), "runtime(s) nvidia,") || !strings.Contains(err.Error(), "nothing was changed") {
+					t.Errorf("err = %v, want a refusal naming nvidia", err)
+				}
+				if w.content(t) != tc.in || w.reloads != 0 {
+					t.Errorf("file %q reloads %d; want it unchanged, no reload", w.content(t), w.reloads)
+				}
+			})
+		}
+	})
 	t.Run("the engine does not load it", func(t *testing.T) {
 		w := newEngineWorld(t, `{}`)
 		w.deaf = true

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 )
 
@@ -216,4 +217,17 @@ func Registered(data []byte, name string) (Runtime, bool, error) {
 		return Runtime{}, false, fmt.Errorf("runtime %q: %w", name, err)
 	}
 	return rt, true, nil
+}
+
+// Names returns the names of the runtimes the file registers, sorted.
+func Names(data []byte) ([]string, error) {
+	doc, err := parse(data)
+	if err != nil {
+		return nil, err
+	}
+	rts, err := doc.runtimes()
+	if err != nil {
+		return nil, err
+	}
+	return slices.Sorted(maps.Keys(rts)), nil
 }

@@ -3,6 +3,7 @@ package daemonjson
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -127,4 +128,25 @@ func compact(t *testing.T, b []byte) string {
 		t.Fatalf("output is not JSON: %v\n%s", err, b)
 	}
 	return out.String()
+}
+
+func TestNames(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		err  bool
+	}{
+		{in: "", want: []string{}},
+		{in: `{}`, want: []string{}},
+		{in: `{"runtimes": null}`, want: []string{}},
+		{in: `{"runtimes": {"runsc": {"path": "/r"}, "netshim-oci": {"path": "/w"}}}`, want: []string{"netshim-oci", "runsc"}},
+		{in: `{"runtimes": []}`, err: true},
+		{in: `{// comment
+}`, err: true},
+	} {
+		got, err := Names([]byte(tc.in))
+		if (err != nil) != tc.err || (!tc.err && !slices.Equal(got, tc.want)) {
+			t.Errorf("Names(%q) = %v, %v; want %v (error %v)", tc.in, got, err, tc.want, tc.err)
+		}
+	}
 }
