@@ -541,12 +541,14 @@ test-docker29:
 ## run: start netshim in the foreground on unix:///run/netshim/netshim.sock (root)
 # Zero-config: the built-in kubenet network (bridge cbr0) over RUN_POD_CIDR; no CNI
 # config file is read or written. (hack/cni-config.sh writes a dev config for
-# --network-plugin=cni; its 10.88.0.0/16 is why RUN_POD_CIDR differs.)
+# --network-plugin=cni; its 10.88.0.0/16 is why RUN_POD_CIDR differs.) The engine it starts
+# gets netshim's OCI wrapper from `netshim engine register` (REGISTER=1 hack/dockerd.sh), so
+# pods run in the pause-less or pinned mode as on a node set up that way.
 RUN_POD_CIDR ?= 10.89.0.0/16
 run:
 	@if [[ $$(id -u) -ne 0 ]]; then echo "run: must run as root" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory deps build
-	@hack/dockerd.sh start
+	@REGISTER=1 hack/dockerd.sh start
 	@hack/images.sh
 	exec $(OUT)/netshim --network-plugin=kubenet --pod-cidr=$(RUN_POD_CIDR) --cni-bin-dir=/opt/cni/bin,/usr/lib/cni -v=2
 

@@ -15,6 +15,14 @@
 # engine that already answers is used as it is: register them there yourself
 # (daemon.json "runtimes", then SIGHUP) to run pods with that handler or pinned.
 #
+# REGISTER=1 (make run): the dockerd this script starts has no netshim-alt, and reads
+#        its configuration from _output/run/daemon.json (a copy of /etc/docker/daemon.json when there is one,
+#        made once) instead of having netshim-oci on its command line, and netshim's
+#        own `netshim engine register` adds the wrapper there, reloads the engine and
+#        waits until it runs it, as an operator's node gets it. An engine that already
+#        answers is used as it is; if it lacks netshim-oci, the command to add it is
+#        printed.
+#
 # RUNC=1.4.3: manages instead a test dockerd of its own (the system's Docker 20.10
 #        binary) with runc 1.4.3 (_output/docker29/bin/runc, built by hack/docker29.sh
 #        build-runc) registered as runtime runc143 and made the default, on
@@ -43,10 +51,17 @@ OCI_WRAPPER="$OUT/netshim-oci"
 DOCKERD_ARGS=()
 case "${RUNC:-}" in
   "")
-    if runc_path=$(command -v runc); then
-      DOCKERD_ARGS=(--add-runtime "$ALT_RUNTIME=$runc_path")
+    if [[ -n "${REGISTER:-}" ]]; then
+      # No --add-runtime: a reload keeps only the file's runtimes, and
+      # `netshim engine register` refuses to lose one.
+      RUN_CONFIG="$OUT/run/daemon.json"
+      DOCKERD_ARGS=(--config-file "$RUN_CONFIG")
+    else
+      if runc_path=$(command -v runc); then
+        DOCKERD_ARGS=(--add-runtime "$ALT_RUNTIME=$runc_path")
+      fi
+      DOCKERD_ARGS+=(--add-runtime "netshim-oci=$OCI_WRAPPER")
     fi
-    DOCKERD_ARGS+=(--add-runtime "netshim-oci=$OCI_WRAPPER")
     ;;
   1.4.3)
     PRIV_RUN=/run/netshim-docker20-runc143
@@ -117,9 +132,25 @@ wait_gone() {
   done
 }
 
+# register: `netshim engine register` on the engine this script started with
+# REGISTER=1: the wrapper into $RUN_CONFIG, SIGHUP, wait for docker info.
+register() {
+  [[ -x "$OUT/netshim" ]] || die "no $OUT/netshim to register the wrapper with (make build)"
+  "$OUT/netshim" engine register --daemon-json "$RUN_CONFIG" --wrapper "$OCI_WRAPPER" \
+    --docker-endpoint "unix://$SOCK" --docker-pidfile "$DOCKER_PIDFILE"
+}
+
+# has_wrapper: the engine on $SOCK lists runtime netshim-oci.
+has_wrapper() {
+  timeout 10 docker -H "unix://$SOCK" info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"netshim-oci"'
+}
+
 start() {
   mkdir -p "$OUT"
   if answers; then
+    if [[ -n "${REGISTER:-}" ]] && ! has_wrapper; then
+      echo "dockerd.sh: the Docker engine on $SOCK (not started here) has no runtime netshim-oci: netshim runs pods in the docker mode; add it with: $OUT/netshim engine register --wrapper $OCI_WRAPPER" >&2
+    fi
     return 0
   fi
 
@@ -134,6 +165,14 @@ start() {
 
   if [[ -z "$pid" ]]; then
     command -v dockerd >/dev/null || die "dockerd not found (run hack/install-deps.sh)"
+    if [[ -n "${REGISTER:-}" && ! -f "$RUN_CONFIG" ]]; then
+      mkdir -p "$(dirname "$RUN_CONFIG")"
+      if [[ -f /etc/docker/daemon.json ]]; then
+        cp /etc/docker/daemon.json "$RUN_CONFIG"
+      else
+        echo '{}' >"$RUN_CONFIG"
+      fi
+    fi
     if [[ -n "${RUNC:-}" ]]; then
       "$ROOT/hack/docker29.sh" build-runc
       mkdir -p "$PRIV_RUN" "$PRIV_LIB"
@@ -179,6 +218,9 @@ start() {
     fi
     sleep 0.2
   done
+  if [[ -n "${REGISTER:-}" ]]; then
+    register
+  fi
 }
 
 stop() {
