@@ -43,7 +43,7 @@ else
 $(error ENGINE=$(ENGINE): want docker20, docker20-runc143 or docker29)
 endif
 
-.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck conformance-userns e2e e2e-docker-netns e2e-faults soak e2e-kubelet e2e-takeover e2e-cluster e2e-multinode test run clean bench bench-kubelet dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images e2e-vm
+.PHONY: build build-release install deb test-deb deps images crictl critest unit fuzz lint staticcheck conformance-userns e2e e2e-docker-netns e2e-faults soak e2e-kubelet e2e-takeover e2e-cluster e2e-multinode test test-pinned test-pauseless run clean bench bench-kubelet dockerd-start dockerd-stop docker29 test-docker29 node-conformance node-conformance-quick node-e2e-images e2e-vm
 
 ## build: compile the daemon into _output/netshim and its OCI runtime wrapper into _output/netshim-oci
 # (registered in the engine as runtime netshim-oci for --sandbox-netns=pinned; README "Pinned netns")
@@ -442,12 +442,13 @@ node-e2e-images: dockerd-start
 	@hack/node-e2e-images.sh build
 
 ## test: lint, unit, test-deb, fuzz, e2e, e2e-docker-netns, e2e-faults, then e2e-vm in the background while soak (3 minutes a mode),
-# conformance (critest), test-pauseless (e2e and critest), e2e-kubelet (kubelet v1.37), test-docker29 (e2e and critest on Docker 29),
+# conformance (critest), test-pinned (e2e and critest), e2e-kubelet (kubelet v1.37), test-docker29 (e2e and critest on Docker 29),
 # e2e-cluster, e2e-multinode (with conformance-cluster-quick's subset on its cluster), e2e-takeover and node-conformance-quick run (all
 # run; fails if any failed; in the order the background builds finish what each needs); the summary gives each one's
 # time. What it leaves to the targets themselves, because another suite of make test covers it: e2e-kubelet on kubelet
-# v1.36 (which e2e-takeover, e2e-cluster and node-conformance-quick run) and test-pauseless's kubelet e2e (e2e-vm runs
-# kubelet v1.37 on pause-less pods, with and without the CRI stats gate). `make e2e-kubelet test-pauseless` runs them all.
+# v1.36 (which e2e-takeover, e2e-cluster and node-conformance-quick run), test-pinned's kubelet e2e (the kubelet e2e's
+# pods that share a PID namespace are pinned in every suite) and test-pauseless (the default, auto, is the pause-less
+# mode for every pod that allows it). `make e2e-kubelet test-pinned` runs them all.
 # Two things keep a cold Go cache's builds (about 30 min of two cores) and the VM's emulation (about 12 min of two
 # cores) from adding up with the suites that mostly wait for Docker, kubelet or a VM:
 # - the later suites' builds (kubelets, Docker 29, VM image, cri-dockerd, control plane, node e2e suite) run in the
@@ -460,9 +461,9 @@ node-e2e-images: dockerd-start
 # e2e-vm starts before the soak, which leaves the CPU mostly to the VM's emulation and the background builds: started
 # after e2e-kubelet it was the last to end in a cold make test (23 min of emulation); started here it ends about 14 min
 # before the last suite (cold run of 2026-12-06: 52 min in all).
-TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults bg:e2e-vm soak conformance test-pauseless e2e-kubelet \
+TEST_TARGETS := lint unit test-deb fuzz e2e e2e-docker-netns e2e-faults bg:e2e-vm soak conformance test-pinned e2e-kubelet \
 	test-docker29 conformance-userns e2e-cluster e2e-multinode e2e-takeover node-conformance-quick
-TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_PAUSELESS_TARGETS='e2e conformance' SOAK_MINUTES=3 FUZZTIME=10s
+TEST_ARGS := E2E_KUBELET_MINORS=v1.37 TEST_MODE_TARGETS='e2e conformance' SOAK_MINUTES=3 FUZZTIME=10s
 # PREBUILD=true runs no background builds (each suite builds what it needs itself).
 PREBUILD ?= hack/prebuild.sh
 test:
@@ -496,10 +497,10 @@ test:
 	echo "make test: $${summary[*]} in $$((SECONDS / 60)) min"; \
 	exit $$failed
 
-## e2e-docker-netns: make e2e with NETSHIM_SANDBOX_NETNS=docker: netshim in today's sandbox netns
-# mode (the pause container's own), while every other suite of make test runs netshim's default
-# --sandbox-netns=auto, which is the pinned mode on the engines hack/dockerd.sh and hack/docker29.sh
-# start (they register netshim-oci). NETSHIM_SANDBOX_NETNS=docker|pinned|pauseless|auto on make's command
+## e2e-docker-netns: make e2e with NETSHIM_SANDBOX_NETNS=docker: netshim in the docker sandbox netns
+# mode (the pause container's own), while most other suites of make test run netshim's default
+# --sandbox-netns=auto, which is the pause-less mode (pinned for pods that share a PID namespace) on the
+# engines hack/dockerd.sh and hack/docker29.sh start (they register netshim-oci). NETSHIM_SANDBOX_NETNS=docker|pinned|pauseless|auto on make's command
 # line (e.g. make test NETSHIM_SANDBOX_NETNS=docker) sets the mode of every suite's netshim.
 e2e-docker-netns:
 	@$(MAKE) --no-print-directory e2e NETSHIM_SANDBOX_NETNS=docker
@@ -512,19 +513,20 @@ conformance-userns:
 	@$(MAKE) --no-print-directory conformance ENGINE=docker20-runc143 NETSHIM_SANDBOX_NETNS=pinned CRITEST_WANT_PASSED=8 \
 		CRITEST_ARGS="'-ginkgo.focus=UserNamespaces|SupplementalGroupsPolicy'"
 
-## test-pauseless: e2e, critest and the kubelet e2e with NETSHIM_SANDBOX_NETNS=pauseless (root; part of `make test`)
-# Pods that do not share a PID namespace then run without a pause container (kubelet's always,
-# the e2e suite's pause-less tests and critest's pods that set their namespace options); the
-# others take the pinned path, as in that mode on a node.
-TEST_PAUSELESS_TARGETS ?= e2e conformance e2e-kubelet
-test-pauseless:
-	@summary=(); failed=0; \
-	for t in $(TEST_PAUSELESS_TARGETS); do \
-		echo "==> make $$t NETSHIM_SANDBOX_NETNS=pauseless"; \
-		if $(MAKE) --no-print-directory $$t NETSHIM_SANDBOX_NETNS=pauseless; then summary+=("$$t=ok"); \
+## test-pinned / test-pauseless: e2e, critest and the kubelet e2e with NETSHIM_SANDBOX_NETNS=pinned / pauseless
+# (root). make test runs test-pinned's e2e and critest: every other suite runs netshim's default, auto, which on
+# these engines (they register netshim-oci) is the pause-less mode for each pod that allows it (all of kubelet's
+# but those sharing a PID namespace) and pinned for the rest, so test-pauseless repeats them; it is kept for
+# nodes set to that mode.
+TEST_MODE_TARGETS ?= e2e conformance e2e-kubelet
+test-pinned test-pauseless:
+	@mode=$(@:test-%=%); summary=(); failed=0; \
+	for t in $(TEST_MODE_TARGETS); do \
+		echo "==> make $$t NETSHIM_SANDBOX_NETNS=$$mode"; \
+		if $(MAKE) --no-print-directory $$t NETSHIM_SANDBOX_NETNS=$$mode; then summary+=("$$t=ok"); \
 		else summary+=("$$t=FAILED"); failed=1; fi; \
 	done; \
-	echo "make test-pauseless: $${summary[*]}"; \
+	echo "make $@: $${summary[*]}"; \
 	exit $$failed
 
 ## test-docker29: e2e and conformance on the private Docker 29 engine (root; part of `make test`)

@@ -11,7 +11,7 @@
 # netshim-alt (the e2e tests' and critest's RuntimeClass handler; test/harness
 # AltRuntime), and netshim's OCI runtime wrapper _output/netshim-oci (make build)
 # as runtime netshim-oci, so that netshim's default --sandbox-netns=auto runs pods
-# in the pinned mode on it (the wrapper execs the runc on the daemons' PATH). An
+# in the pause-less mode (pinned if they share a PID namespace) on it (the wrapper execs the runc on the daemons' PATH). An
 # engine that already answers is used as it is: register them there yourself
 # (daemon.json "runtimes", then SIGHUP) to run pods with that handler or pinned.
 #

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -200,5 +201,57 @@ func TestPauselessSurvivesRestart(t *testing.T) {
 	e.requireNoCheckpoint(podID)
 	if left := podFilesIn(t, e.ns.NetNSDir); len(left) != 0 {
 		t.Errorf("%s after rmp holds %q", e.ns.NetNSDir, left)
+	}
+}
+
+// --sandbox-netns=auto on an engine with the wrapper gives each pod the
+// fastest mode it allows, and says which and why: a pod of kubelet's
+// (PID namespace CONTAINER) is pause-less, one sharing its PID namespace
+// keeps a pause container in a pinned netns, a host-network pod is in the
+// docker mode. PodSandboxStatus's verbose info (`crictl inspectp`) has each
+// pod's mode and reason, and netshim_sandbox_modes counts them.
+func TestAutoModePerPod(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
+	e := newEnv(t, envOptions{extraFlags: []string{"--sandbox-netns=auto", "--metrics-bind-address=" + addr}})
+	e.start()
+	type want struct{ mode, reason string }
+	pods := map[string]want{}
+	fast, _ := e.runPodWith("auto-fast")
+	pods[fast] = want{"pauseless", "no-pause-needed"}
+	shared, _ := e.runPodWith("auto-pid", withPauseContainer)
+	pods[shared] = want{"pinned", "shared-pid-namespace"}
+	host, _ := e.runPodWith("auto-host", harness.WithHostNetwork())
+	pods[host] = want{"docker", "host-network"}
+
+	for id, w := range pods {
+		ctx, cancel := e.rpcCtx()
+		resp, err := e.client.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+		cancel()
+		if err != nil {
+			t.Fatalf("PodSandboxStatus %s: %v", id, err)
+		}
+		var info struct {
+			SandboxMode struct{ Mode, Reason, Detail string } `json:"sandboxMode"`
+		}
+		if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil {
+			t.Fatalf("verbose info of %s: %v\n%s", id, err, resp.Info["info"])
+		}
+		if got := info.SandboxMode; got.Mode != w.mode || got.Reason != w.reason || got.Detail == "" {
+			t.Errorf("pod %s: sandboxMode %+v, want %s (%s) with words", resp.Status.Metadata.Name, got, w.mode, w.reason)
+		}
+		_, dockerErr := runCmd("docker", "inspect", "--type", "container", id)
+		if hasPause := dockerErr == nil; hasPause != (w.mode != "pauseless") {
+			t.Errorf("pod %s (%s): a Docker container for the sandbox: %v", resp.Status.Metadata.Name, w.mode, hasPause)
+		}
+	}
+	samples := scrape(t, "http://"+addr)
+	for _, w := range pods {
+		if n := sum(samples, "netshim_sandbox_modes", map[string]string{"mode": w.mode, "reason": w.reason}); n != 1 {
+			t.Errorf("netshim_sandbox_modes{mode=%q,reason=%q} = %v, want 1", w.mode, w.reason, n)
+		}
+	}
+	for id := range pods {
+		e.mustCrictl("stopp", id)
+		e.mustCrictl("rmp", id)
 	}
 }

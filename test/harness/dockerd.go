@@ -56,7 +56,8 @@ const AltRuntime = "netshim-alt"
 
 // OCIWrapperRuntime is the runtime name netshim's OCI runtime wrapper
 // (cmd/netshim-oci) has in an engine: with it, netshim's default
-// --sandbox-netns=auto runs pods in the pinned mode.
+// --sandbox-netns=auto runs pods in the pause-less mode (pinned if they
+// share a PID namespace).
 const OCIWrapperRuntime = "netshim-oci"
 
 // OCIWrapperBin is netshim's OCI runtime wrapper: $NETSHIM_OCI_BIN, else
