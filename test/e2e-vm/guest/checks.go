@@ -780,11 +780,15 @@ func checkIPs(s *state) error {
 
 func phasePauseless(r *t) bool {
 	r.must("pauseless/wrapper-registered", registerWrapper)
-	r.must("pauseless/netshim-in-pauseless-mode", func() error {
-		if err := setNetshimOpts("--sandbox-netns=pauseless"); err != nil {
-			return err
-		}
-		return waitNetshimReady()
+	// netshim's default, auto, reads the engine's runtimes every 30 s:
+	// no restart, no flag.
+	r.must("pauseless/auto-picks-pauseless", func() error {
+		return poll(2*time.Minute, 3*time.Second, func() error {
+			if m, err := netshimMode(); err != nil || m != "pauseless" {
+				return fmt.Errorf("netshim gives new pods mode %q (%v), want pauseless", m, err)
+			}
+			return nil
+		})
 	})
 	r.must("pauseless/pods-recreated", recreatePods)
 	modeChecks(r, "pauseless", "pauseless")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -153,29 +154,37 @@ func setKubeletGates(gates map[string]bool) error {
 	return err
 }
 
-// registerWrapper registers netshim's OCI wrapper in daemon.json and
-// reloads Docker (README, "Pinned netns"); running containers stay.
+// registerWrapper registers netshim's OCI wrapper with the package's own
+// command (README, "Fast sandboxes"): it merges the wrapper into
+// /etc/docker/daemon.json, sends the dockerd systemd runs SIGHUP and waits
+// until docker info lists it; running containers stay. docker info is
+// checked here too, and that the file kept what Debian's engine needs.
 func registerWrapper() error {
-	conf := `{"runtimes": {"netshim-oci": {"path": "/usr/bin/netshim-oci", "runtimeArgs": ["--netshim-netns-dir=/run/netshim/netns"]}}}` + "\n"
-	if err := os.MkdirAll("/etc/docker", 0o755); err != nil {
+	if out, err := run(2*time.Minute, "netshim", "engine", "register"); err != nil {
+		return fmt.Errorf("netshim engine register: %w\n%s", err, out)
+	}
+	out, err := run(time.Minute, "docker", "info", "--format", "{{json .Runtimes}}")
+	if err != nil {
 		return err
 	}
-	if err := os.WriteFile("/etc/docker/daemon.json", []byte(conf), 0o644); err != nil {
-		return err
+	if !strings.Contains(out, `"netshim-oci"`) || !strings.Contains(out, "--netshim-netns-dir=/run/netshim/netns") {
+		return fmt.Errorf("docker info lists runtimes %s, without netshim-oci restricted to /run/netshim/netns", out)
 	}
-	if _, err := run(2*time.Minute, "systemctl", "reload", "docker.service"); err != nil {
-		return err
+	return nil
+}
+
+// netshimMode is the sandbox mode netshim gives new pods now, from its
+// CRI Status (crictl info's sandboxNetns).
+func netshimMode() (string, error) {
+	st, err := runtimeStatus()
+	if err != nil {
+		return "", err
 	}
-	return poll(time.Minute, 2*time.Second, func() error {
-		out, err := run(time.Minute, "docker", "info", "--format", "{{json .Runtimes}}")
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(out, "netshim-oci") {
-			return fmt.Errorf("docker info lists runtimes %s, without netshim-oci", out)
-		}
-		return nil
-	})
+	var m struct{ Mode, Reason string }
+	if err := json.Unmarshal([]byte(st.Info["sandboxNetns"]), &m); err != nil {
+		return "", fmt.Errorf("CRI Status sandboxNetns %q: %w", st.Info["sandboxNetns"], err)
+	}
+	return m.Mode, nil
 }
 
 // setNetshimOpts writes NETSHIM_OPTS in /etc/default/netshim and restarts
