@@ -1,6 +1,8 @@
 package dockerservice
 
 import (
+	"encoding/json"
+
 	"github.com/netshim/netshim/pkg/checkpoint"
 	"github.com/netshim/netshim/pkg/dockerservice/store"
 	"github.com/netshim/netshim/pkg/metrics"
@@ -45,6 +47,17 @@ func (ds *DockerService) countByMode() map[metrics.SandboxMode]int {
 		out[metrics.SandboxMode{Mode: mode, Reason: why}]++
 	}
 	return out
+}
+
+// sandboxModesInfo is Status's verbose info on the pods netshim has: how
+// many got each mode and why, keyed "mode/reason", as JSON.
+func (ds *DockerService) sandboxModesInfo() string {
+	out := map[string]int{}
+	for m, n := range ds.countByMode() {
+		out[m.Mode+"/"+m.Reason] = n
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
 }
 
 // SandboxModeCounts is countByMode over the checkpoints alone, for the

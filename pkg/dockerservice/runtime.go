@@ -99,7 +99,7 @@ func (ds *DockerService) Status(ctx context.Context, r *runtimeapi.StatusRequest
 		// `crictl info`: where new sandboxes' netns comes from, and why;
 		// and the runtime's configuration, under the key and in the shape
 		// containerd uses, which kubeadm reads (runtimeInfoConfig).
-		info = map[string]string{"sandboxNetns": ds.netnsModeInfo(ctx), "config": ds.runtimeInfoConfig(), "userNamespaces": ds.usernsInfo(ctx)}
+		info = map[string]string{"sandboxNetns": ds.netnsModeInfo(ctx), "sandboxModes": ds.sandboxModesInfo(), "config": ds.runtimeInfoConfig(), "userNamespaces": ds.usernsInfo(ctx)}
 	}
 	// The handlers first: their read of the engine's runtimes is the one
 	// Status waits for (briefly, and only before the first); the

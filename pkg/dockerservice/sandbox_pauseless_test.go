@@ -888,6 +888,13 @@ func TestAutoModePerPodRecorded(t *testing.T) {
 	if got := e.ds.SandboxModeCounts(); !maps.Equal(got, want) {
 		t.Errorf("SandboxModeCounts = %v, want %v", got, want)
 	}
+	st, err := e.ds.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.Info["sandboxModes"], `{"pauseless/no-pause-needed":1,"pinned/shared-pid-namespace":1}`; got != want {
+		t.Errorf("Status info sandboxModes = %s, want %s", got, want)
+	}
 }
 
 // A checkpoint written before the mode was recorded: the mode comes from
