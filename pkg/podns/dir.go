@@ -53,15 +53,6 @@ func EnsureUnbindable(dir string) error {
 	if err != nil {
 		return fmt.Errorf("resolving the pinned namespace directory: %w", err)
 	}
-	mounts, err := procutil.ReadMountinfo("/proc/self/mountinfo")
-	if err != nil {
-		return fmt.Errorf("reading this process's mounts: %w", err)
-	}
-	for _, m := range mounts {
-		if m.MountPoint == resolved {
-			return makeUnbindable(resolved)
-		}
-	}
 	// O_PATH: the directory as it is now, under what is mounted on it
 	// next; /proc/self/fd/N/NAME reaches the mounts in it still.
 	fd, err := unix.Open(resolved, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -72,6 +63,20 @@ func EnsureUnbindable(dir string) error {
 	var stx unix.Statx_t
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &stx); err != nil {
 		return fmt.Errorf("reading the mount of the pinned namespace directory: %w", err)
+	}
+	mounts, err := procutil.ReadMountinfo("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("reading this process's mounts: %w", err)
+	}
+	// A mount point if the mount the directory is on is mounted at its
+	// path. Not if mountinfo merely lists a mount at that path: one a
+	// later mount on a parent hides (a node's own /run over the host's,
+	// which had a netshim's netns dir) is not what the path reaches, and
+	// making it unbindable through the path fails with EINVAL.
+	for _, m := range mounts {
+		if uint64(m.ID) == stx.Mnt_id && m.MountPoint == resolved {
+			return makeUnbindable(resolved)
+		}
 	}
 	// What the self-bind hides: the mounts on the directory's mount
 	// whose mount points are directly in the directory, where Pin and

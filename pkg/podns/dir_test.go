@@ -71,6 +71,31 @@ func requireUnbindableMount(t *testing.T, dir string) int {
 	return at[0].ID
 }
 
+// requireVisibleUnbindableMount is requireUnbindableMount for a path
+// where mountinfo also lists mounts that others hide: it checks the mount
+// the path reaches.
+func requireVisibleUnbindableMount(t *testing.T, dir string) int {
+	t.Helper()
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, dir, 0, unix.STATX_MNT_ID, &stx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mounts(t) {
+		if uint64(m.ID) != stx.Mnt_id {
+			continue
+		}
+		if m.MountPoint != dir {
+			t.Fatalf("%s is no mount point: it is on the mount at %s", dir, m.MountPoint)
+		}
+		if !slices.Contains(m.Optional, "unbindable") {
+			t.Errorf("the mount at %s is not unbindable: optional fields %q", dir, m.Optional)
+		}
+		return m.ID
+	}
+	t.Fatalf("no mount %d (that of %s) in mountinfo", stx.Mnt_id, dir)
+	return 0
+}
+
 // TestEnsureUnbindable: a directory holding pins and a pod /dev/shm of an
 // earlier netshim becomes an unbindable mount of its own; the pins are
 // still there at the same paths (the same namespaces), on the new mount,
@@ -209,6 +234,45 @@ func TestEnsureUnbindableOnMountPoint(t *testing.T) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
 		t.Errorf("%s: filesystem %#x (%v), want the operator's tmpfs", dir, st.Type, err)
+	}
+}
+
+// TestEnsureUnbindableUnderHiddenMount: mountinfo lists a mount at the
+// directory's path, but a mount on a parent hides it (a node whose /run
+// is its own, over the host's /run which held a netshim's netns dir): the
+// directory the path reaches is no mount point, and gets its self-bind.
+func TestEnsureUnbindableUnderHiddenMount(t *testing.T) {
+	requireRoot(t)
+	top := t.TempDir()
+	unmountAllOnCleanup(t, top)
+	run := filepath.Join(top, "run")
+	dir := filepath.Join(run, "netns")
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("old", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	hidden := mountsUnder(t, dir)
+	if err := unix.Mount("run", run, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureUnbindable(dir); err != nil {
+		t.Fatal(err)
+	}
+	if id := requireVisibleUnbindableMount(t, dir); len(hidden) != 1 || id == hidden[0].ID {
+		t.Errorf("mount %d at %s, want a self-bind, not the hidden %+v", id, dir, hidden)
+	}
+	// A restart: the self-bind is a mount point now, nothing is added.
+	if err := EnsureUnbindable(dir); err != nil {
+		t.Fatal(err)
+	}
+	if ms := mountsUnder(t, dir); len(ms) != 2 {
+		t.Errorf("after a second call, mounts at %s: %+v, want the hidden one and the self-bind", dir, ms)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		t.Errorf("%s: filesystem %#x (%v), want the new /run's tmpfs", dir, st.Type, err)
 	}
 }
 
