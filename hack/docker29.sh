@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/docker29.sh build|build-runc|start|stop|status|env
+# hack/docker29.sh build|build-runc|build-containerd|start|stop|status|env
 #
 # A private Docker 29 engine for the test matrix (`make e2e ENGINE=docker29`,
 # `make conformance ENGINE=docker29`), next to the system's Docker 20.10
@@ -7,7 +7,7 @@
 #
 # build:  builds, from the Go module proxy at exact versions, into _output/docker29/bin/
 #           dockerd                     github.com/moby/moby/v2 $MOBY_VERSION (Docker 29, API 1.56)
-#           containerd, containerd-shim-runc-v2   github.com/containerd/containerd/v2 $CONTAINERD_VERSION
+#           containerd, containerd-shim-runc-v2, ctr   github.com/containerd/containerd/v2 $CONTAINERD_VERSION
 #           runc                        github.com/opencontainers/runc $RUNC_VERSION (tag seccomp)
 #         Each module is fetched with `go mod download`, copied out of the read-only
 #         module cache to _output/src/ and built there with -mod=mod (`go install
@@ -31,6 +31,9 @@
 # stop:   stops the dockerd and containerd this script started (their PID files are
 #         in $D29_RUN); dockerd first, so that it stops its containers.
 # build-runc: builds only runc (hack/dockerd.sh uses it with Docker 20.10: RUNC=1.4.3).
+# build-containerd: builds only runc, containerd, containerd-shim-runc-v2 and ctr, and
+#         starts nothing: what `make bench-kubelet` needs to run containerd's own CRI
+#         plugin as a peer of netshim (test/kubeletbench --containerd-bin-dir).
 # status: says whether the engine answers; exit 1 if not.
 # env:    prints `export DOCKER_HOST=...` for eval, to point the docker CLI at the engine.
 #
@@ -114,16 +117,25 @@ build_runc() {
     -ldflags "-X main.version=${RUNC_VERSION#v} -X main.gitCommit=module-proxy" .
 }
 
+# build_containerd: containerd, its runc shim and ctr, all of the one module
+# version; each is built only when its stamp does not name that version (a tree
+# that had the first two before ctr was added builds ctr alone).
 build_containerd() {
-  stamped containerd "$CONTAINERD_VERSION" && stamped containerd-shim-runc-v2 "$CONTAINERD_VERSION" && return 0
+  local v=$CONTAINERD_VERSION
+  stamped containerd "$v" && stamped containerd-shim-runc-v2 "$v" && stamped ctr "$v" && return 0
   local dir pkg=github.com/containerd/containerd/v2/version
-  dir=$(fetch github.com/containerd/containerd/v2 "$CONTAINERD_VERSION" containerd)
-  local ldflags="-X $pkg.Version=$CONTAINERD_VERSION -X $pkg.Revision=module-proxy"
+  dir=$(fetch github.com/containerd/containerd/v2 "$v" containerd)
+  local ldflags="-X $pkg.Version=$v -X $pkg.Revision=module-proxy"
   # no_btrfs: the btrfs snapshotter needs btrfs headers and is of no use here.
-  gobuild containerd "$CONTAINERD_VERSION" "$dir" -tags no_btrfs -ldflags "$ldflags" ./cmd/containerd
+  stamped containerd "$v" ||
+    gobuild containerd "$v" "$dir" -tags no_btrfs -ldflags "$ldflags" ./cmd/containerd
   # The shim is built static (as upstream does), so it does not depend on the host's libc.
-  CGO_ENABLED=0 gobuild containerd-shim-runc-v2 "$CONTAINERD_VERSION" "$dir" -ldflags "$ldflags" \
-    ./cmd/containerd-shim-runc-v2
+  stamped containerd-shim-runc-v2 "$v" ||
+    CGO_ENABLED=0 gobuild containerd-shim-runc-v2 "$v" "$dir" -ldflags "$ldflags" ./cmd/containerd-shim-runc-v2
+  # ctr, containerd's own client: test/kubeletbench imports the images into the
+  # containerd it runs as netshim's CRI peer with it.
+  stamped ctr "$v" ||
+    gobuild ctr "$v" "$dir" -tags no_btrfs -ldflags "$ldflags" ./cmd/ctr
 }
 
 build_dockerd() {
@@ -161,6 +173,13 @@ build_all() {
 }
 
 build() { locked build_all; }
+
+# build_containerd_peer: what a standalone containerd with its CRI plugin needs
+# (runc, containerd, the shim, ctr), without dockerd; nothing is started.
+build_containerd_peer() {
+  build_runc
+  build_containerd
+}
 
 # ---- run --------------------------------------------------------------------
 
@@ -366,9 +385,10 @@ status() {
 case "${1:-}" in
   build) build ;;
   build-runc) locked build_runc ;;
+  build-containerd) locked build_containerd_peer ;;
   start) start ;;
   stop) stop ;;
   status) status ;;
   env) echo "export DOCKER_HOST=unix://$D29_SOCK" ;;
-  *) echo "usage: $0 build|build-runc|start|stop|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 build|build-runc|build-containerd|start|stop|status|env" >&2; exit 2 ;;
 esac

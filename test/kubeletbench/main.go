@@ -1,19 +1,26 @@
 // Command netshim-kubelet-bench measures netshim under a real kubelet
 // running many static pods (issue 13): for each netshim configuration
 // (--mode), the time from dropping the manifests into kubelet's static pod
-// dir until every container runs, kubelet's PLEG relist mean and the
-// runtime stack's CPU and memory while the pods run and nothing changes,
+// dir until every container runs (and until each pod's container started,
+// p50 and p99), kubelet's PLEG relist mean and the runtime stack's CPU and
+// memory while the pods run and nothing changes,
 // and the time the teardown takes once the manifests are gone. `make
 // bench-kubelet` runs it through hack/bench-kubelet.sh; docs/benchmarks.md
 // has the figures.
 //
+// With --containerd-bin-dir, containerd's own CRI plugin (a fresh
+// containerd per run, under the same kubelet, pods, images and CNI
+// network) joins the rotation as the column "containerd", the peer each
+// netshim mode gets a ratio to (containerd.go, runtime.go).
+//
 // It needs root, the host's Docker engine holding the local images
 // (hack/images.sh), a kubelet binary and the CNI plugins. The world is the
 // harness's (test/harness): a private dockerd with the images loaded, and
-// per run a fresh netshim and a fresh standalone kubelet on it, with a CNI
-// bridge network of its own (nsbenchk0, 10.183.0.0/24). Everything it made
-// is removed when it ends, also on failure or interrupt; a run killed
-// before that is cleaned up by the next (the state file).
+// per run a fresh netshim (or containerd) and a fresh standalone kubelet on
+// it, with a CNI bridge network of its own (nsbenchk0, 10.183.0.0/24).
+// Everything it made is removed when it ends, also on failure or
+// interrupt; a run killed before that is cleaned up by the next (the state
+// file).
 package main
 
 import (
@@ -24,6 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,11 +48,20 @@ const (
 	nodeName    = "netshim-kbench-node"
 )
 
+// Limits on --pods: kubelet admits at most maxPods pods (its default
+// without --max-pods), and host-local hands out the subnet's addresses but
+// the network's, the gateway's and the broadcast one (10.183.0.2-254).
+const (
+	kubeletDefaultMaxPods = 110
+	subnetPodAddresses    = 253
+)
+
 type options struct {
 	netshim, kubelet, netshimOCI string
 	cniBinDir                    string
+	containerdBinDir             string
 	pauseImage, image            string
-	pods, rounds                 int
+	pods, rounds, maxPods        int
 	hold, settle                 time.Duration
 	upTimeout, downTimeout       time.Duration
 	syncFrequency                time.Duration
@@ -65,11 +82,14 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.cniBinDir, "cni-bin-dir", "/usr/lib/cni", "directory of the CNI plugins (bridge, host-local, portmap, firewall)")
 	fs.StringVar(&o.pauseImage, "pause-image", "registry.k8s.io/pause:3.10", "pause image, in the host's engine (hack/images.sh)")
 	fs.StringVar(&o.image, "image", "netshim.local/busybox:latest", "the pods' image, in the host's engine (hack/images.sh)")
-	fs.IntVar(&o.pods, "pods", 50, "static pods, one container each")
+	fs.StringVar(&o.containerdBinDir, "containerd-bin-dir", "", "directory holding containerd, containerd-shim-runc-v2, ctr and runc (hack/docker29.sh build-containerd): "+
+		"adds the column \"containerd\", containerd's own CRI plugin under the same kubelet and pods, to the rotation, and each netshim column's ratio to it; empty: none")
+	fs.IntVar(&o.pods, "pods", 50, fmt.Sprintf("static pods, one container each (at most %d: the subnet's addresses; above %d needs --max-pods)", subnetPodAddresses, kubeletDefaultMaxPods))
+	fs.IntVar(&o.maxPods, "max-pods", 0, fmt.Sprintf("kubelet's maxPods (0: kubelet's default, %d); e.g. --pods 250 --max-pods 250", kubeletDefaultMaxPods))
 	fs.IntVar(&o.rounds, "rounds", 1, "runs of every mode; each round starts one mode later than the one before")
 	fs.DurationVar(&o.hold, "hold", 2*time.Minute, "how long the pods run, nothing changing, while CPU and PLEG are measured")
 	fs.DurationVar(&o.settle, "settle", 15*time.Second, "wait between all containers running and the hold, so that kubelet's start-up syncs of the pods are not in it")
-	fs.DurationVar(&o.upTimeout, "up-timeout", 5*time.Minute, "how long the pods may take to run")
+	fs.DurationVar(&o.upTimeout, "up-timeout", 5*time.Minute, "how long the pods may take to run (50 take seconds; give 250 on a busy 2-core machine more, e.g. 10m)")
 	fs.DurationVar(&o.downTimeout, "down-timeout", 5*time.Minute, "how long the pods may take to be gone once their manifests are (kubelet removes them at its container GC, every minute)")
 	fs.DurationVar(&o.syncFrequency, "sync-frequency", time.Minute, "kubelet's syncFrequency (its default is 1m; the e2e's 10s syncs every pod 6 times as often)")
 	fs.IntVar(&o.netshimV, "netshim-v", 0, "netshim's -v (0: what the package ships)")
@@ -95,6 +115,7 @@ func parseFlags(args []string) (options, error) {
 	if o.pods < 1 || o.rounds < 1 {
 		errs = append(errs, errors.New("--pods and --rounds must be at least 1"))
 	}
+	errs = append(errs, checkPodLimits(o.pods, o.maxPods)...)
 	if o.hold < time.Second {
 		errs = append(errs, errors.New("--hold must be at least 1s (pprof takes whole seconds)"))
 	}
@@ -104,7 +125,7 @@ func parseFlags(args []string) (options, error) {
 	if o.profile && o.artifacts == "" {
 		errs = append(errs, errors.New("--profile needs --artifacts (where the profiles go)"))
 	}
-	for _, p := range []*string{&o.netshim, &o.kubelet, &o.netshimOCI, &o.out, &o.artifacts, &o.state} {
+	for _, p := range []*string{&o.netshim, &o.kubelet, &o.netshimOCI, &o.containerdBinDir, &o.out, &o.artifacts, &o.state} {
 		if *p != "" {
 			abs, err := filepath.Abs(*p)
 			if err != nil {
@@ -113,7 +134,13 @@ func parseFlags(args []string) (options, error) {
 			*p = abs
 		}
 	}
-	for _, p := range []string{o.netshim, o.kubelet, o.netshimOCI} {
+	exes := []string{o.netshim, o.kubelet, o.netshimOCI}
+	if o.containerdBinDir != "" {
+		for _, b := range containerdBinaries {
+			exes = append(exes, filepath.Join(o.containerdBinDir, b))
+		}
+	}
+	for _, p := range exes {
 		if p == "" {
 			continue
 		}
@@ -124,6 +151,31 @@ func parseFlags(args []string) (options, error) {
 	return o, errors.Join(errs...)
 }
 
+// checkPodLimits refuses a pod count the run could never bring up: more
+// than kubelet admits (--max-pods, else its default) or than the subnet
+// has addresses for.
+func checkPodLimits(pods, maxPods int) []error {
+	var errs []error
+	if maxPods < 0 {
+		errs = append(errs, errors.New("--max-pods must not be negative"))
+	}
+	limit, from := maxPods, "--max-pods"
+	if maxPods == 0 {
+		limit, from = kubeletDefaultMaxPods, "kubelet's default maxPods"
+	}
+	if maxPods >= 0 && pods > limit {
+		errs = append(errs, fmt.Errorf("--pods %d is more than %s (%d): raise --max-pods", pods, from, limit))
+	}
+	if pods > subnetPodAddresses {
+		errs = append(errs, fmt.Errorf("--pods %d is more than the %d addresses of %s", pods, subnetPodAddresses, subnetCIDR))
+	}
+	return errs
+}
+
+// columns are the modes this bench runs: netshim's, and the containerd
+// peer when asked for.
+func (o options) columns() []mode { return columns(o.modes.all(), o.containerdBinDir != "") }
+
 func main() {
 	o, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -133,6 +185,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "netshim-kubelet-bench: %v\n", err)
 		os.Exit(2)
 	}
+	keepInheritedFilesToSelf("/proc/self/fd")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// The handler stays until the world is torn down: a second signal
 	// must not kill the bench half-way through its cleanup.
@@ -165,7 +218,7 @@ func benchmark(ctx context.Context, o options) (err error) {
 	}
 	rep := newReport(o, w.describe())
 	var failed []string
-	for _, r := range schedule(o.modes.all(), o.rounds) {
+	for _, r := range schedule(o.columns(), o.rounds) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -200,4 +253,24 @@ func benchmark(ctx context.Context, o options) (err error) {
 		return fmt.Errorf("runs failed: %s", strings.Join(failed, "; "))
 	}
 	return nil
+}
+
+// keepInheritedFilesToSelf marks the descriptors the bench inherited
+// beyond stdin, stdout and stderr close-on-exec. Go's exec closes only the
+// descriptors Go opened: an inherited one, such as the machine's lock that
+// `flock /tmp/netshim-docker.lock make bench-kubelet` hands down, would
+// otherwise stay open in every daemon the bench starts (dockerd, its
+// containerd, the containerd peer), so that a bench killed while they run
+// left the lock held by them, and the next bench, which cleans them up,
+// waiting for it forever. The bench itself keeps the lock until it exits.
+func keepInheritedFilesToSelf(fdDir string) {
+	entries, err := os.ReadDir(fdDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -10,15 +11,32 @@ import (
 // always measured, first in the table.
 const defaultMode = "default"
 
-// mode is one netshim configuration: a name for the table and the flags
-// added to netshim's command line.
+// containerdMode names the column of containerd's own CRI plugin, the peer
+// netshim is compared with (--containerd-bin-dir); a --mode cannot take it.
+const containerdMode = "containerd"
+
+// runtimeKind is which CRI runtime a mode runs. The zero value is netshim,
+// so that every mode made from --mode is one.
+type runtimeKind int
+
+const (
+	kindNetshim runtimeKind = iota
+	kindContainerd
+)
+
+// mode is one column of the table: a netshim configuration (a name and the
+// flags added to netshim's command line), or the containerd peer.
 type mode struct {
 	name string
 	args []string
+	kind runtimeKind
 }
 
 func (m mode) String() string {
-	if len(m.args) == 0 {
+	switch {
+	case m.kind == kindContainerd:
+		return m.name + " (containerd's own CRI plugin)"
+	case len(m.args) == 0:
 		return m.name + " (no extra flag)"
 	}
 	return m.name + " (" + strings.Join(m.args, " ") + ")"
@@ -51,6 +69,9 @@ func (f *modeFlags) Set(v string) error {
 	if name == defaultMode {
 		return fmt.Errorf("mode %q is built in (netshim with no extra flag)", defaultMode)
 	}
+	if name == containerdMode {
+		return fmt.Errorf("mode %q is the containerd peer's column (--containerd-bin-dir)", containerdMode)
+	}
 	for _, m := range f.modes {
 		if m.name == name {
 			return fmt.Errorf("mode %q given twice", name)
@@ -70,6 +91,16 @@ func (f *modeFlags) Set(v string) error {
 // all is the default mode followed by the ones given.
 func (f *modeFlags) all() []mode {
 	return append([]mode{{name: defaultMode}}, f.modes...)
+}
+
+// columns are the modes the bench runs and the table shows: netshim's,
+// then, when asked for, containerd's CRI as their peer.
+func columns(netshimModes []mode, withContainerd bool) []mode {
+	out := slices.Clone(netshimModes)
+	if withContainerd {
+		out = append(out, mode{name: containerdMode, kind: kindContainerd})
+	}
+	return out
 }
 
 // schedule is the order of the runs: rounds of every mode, each round

@@ -32,6 +32,7 @@ func TestModeFlags(t *testing.T) {
 		"v=value --flag",       // not starting with a flag
 		`bs=--a\ b`,            // backslash
 		"dq=--netns-dir=\"x\"", // double quote
+		"containerd=--x",       // the peer's column
 	} {
 		if err := f.Set(bad); err == nil {
 			t.Errorf("Set(%q): no error", bad)
@@ -54,5 +55,30 @@ func TestSchedule(t *testing.T) {
 	}
 	if n := len(schedule(modes[:1], 2)); n != 2 {
 		t.Errorf("one mode, two rounds: %d runs", n)
+	}
+}
+
+func TestColumns(t *testing.T) {
+	netshim := []mode{{name: "default"}, {name: "pauseless", args: []string{"--sandbox-netns=pauseless"}}}
+	if got := columns(netshim, false); len(got) != 2 {
+		t.Errorf("without the peer: %v", got)
+	}
+	got := columns(netshim, true)
+	if len(got) != 3 || got[2].name != containerdMode || got[2].kind != kindContainerd || got[0].kind != kindNetshim {
+		t.Fatalf("with the peer: %v", got)
+	}
+	if len(netshim) != 2 {
+		t.Error("columns changed its argument")
+	}
+	// The peer is rotated like any mode.
+	var order []string
+	for _, r := range schedule(got, 2) {
+		order = append(order, r.mode.name)
+	}
+	if want := []string{"default", "pauseless", "containerd", "pauseless", "containerd", "default"}; !slices.Equal(order, want) {
+		t.Errorf("schedule = %v, want %v", order, want)
+	}
+	if s := got[2].String(); !strings.Contains(s, "containerd's own CRI plugin") {
+		t.Errorf("String = %q", s)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -185,4 +187,48 @@ func short(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// startedAfter is, for each running container of the namespace's pods,
+// the time from drop to the StartedAt its runtime reports through the CRI
+// (ContainerStatus): when each pod's container really started, where "all
+// running" is only the last of them. Both clocks are this host's.
+func startedAfter(ctx context.Context, rt runtimeapi.RuntimeServiceClient, namespace string, drop time.Time) ([]time.Duration, error) {
+	v, err := viewPods(ctx, rt, namespace)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(v.runningIDs))
+	for id := range v.runningIDs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]time.Duration, 0, len(ids))
+	for _, id := range ids {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		st, err := rt.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("ContainerStatus %s: %w", short(id), err)
+		}
+		at := st.GetStatus().GetStartedAt()
+		if at <= 0 {
+			return nil, fmt.Errorf("container %s runs but has no StartedAt", short(id))
+		}
+		out = append(out, time.Unix(0, at).Sub(drop))
+	}
+	return out, nil
+}
+
+// percentile is the nearest-rank p-th percentile (0 < p <= 100) of ds:
+// the smallest value at least p% of them are at or below. false when ds
+// is empty.
+func percentile(ds []time.Duration, p float64) (time.Duration, bool) {
+	if len(ds) == 0 || p <= 0 || p > 100 {
+		return 0, false
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	return s[max(rank, 1)-1], true
 }

@@ -30,6 +30,16 @@ const (
 // stackGroups are the groups whose sum is the runtime stack's figure.
 var stackGroups = []group{groupNetshim, groupDockerd, groupContainerd, groupShims}
 
+// stackGroupsOf are the groups a kind of runtime's stack has (the others
+// are 0 in its figures, and not shown for it): the containerd peer has
+// neither netshim nor dockerd.
+func stackGroupsOf(k runtimeKind) []group {
+	if k == kindContainerd {
+		return []group{groupContainerd, groupShims}
+	}
+	return stackGroups
+}
+
 // procKey names a process across two samples: a pid may be reused, a pid
 // with the same start time may not.
 type procKey struct {
@@ -133,15 +143,86 @@ func (p procFS) pids() ([]int, error) {
 	return out, nil
 }
 
-// stack says which processes make up the runtime stack of one run: the
-// netshim and kubelet processes the bench started, the private dockerd,
-// the containerd it runs as its child, and the containerd shims serving
-// its containers (a shim is reparented away from containerd, so it is
-// known by its command line naming the engine's directory, as the harness
-// finds strays).
+// stack says which processes make up the runtime stack of one run. Each
+// runtime under test says what its groups are (netshimStack,
+// containerdStack); the rules are the same for both:
+//   - daemons: processes the bench (or the engine it started) runs, by pid,
+//     each of which must be running when sampled;
+//   - children: a daemon's child of a given name (dockerd's containerd);
+//   - shims: containerd shims, which are reparented away from the
+//     containerd that started them, so they are known by their command line
+//     naming shimMarker (as the harness finds strays);
+//   - kubelet, measured for context but not part of the stack.
 type stack struct {
-	netshim, kubelet, dockerd int
-	engineDir                 string
+	kubelet    int
+	daemons    []daemon
+	children   []childRule
+	shimMarker string
+}
+
+// daemon is one process of the stack known by its pid.
+type daemon struct {
+	group group
+	pid   int
+}
+
+// childRule puts a child of parent whose command name is comm in group.
+type childRule struct {
+	parent int
+	comm   string
+	group  group
+}
+
+// netshimStack is netshim's stack: netshim, the private dockerd, the
+// containerd dockerd runs as its child, and the shims serving the engine's
+// containers (their command line names the engine's directory).
+func netshimStack(netshim, kubelet, dockerd int, engineDir string) stack {
+	return stack{
+		kubelet:    kubelet,
+		daemons:    []daemon{{groupNetshim, netshim}, {groupDockerd, dockerd}},
+		children:   []childRule{{parent: dockerd, comm: "containerd", group: groupContainerd}},
+		shimMarker: engineDir,
+	}
+}
+
+// containerdStack is the containerd peer's stack: the containerd the bench
+// started and its shims (their command line names its address). Neither
+// netshim nor dockerd is part of it.
+func containerdStack(containerd, kubelet int, address string) stack {
+	return stack{
+		kubelet:    kubelet,
+		daemons:    []daemon{{groupContainerd, containerd}},
+		shimMarker: address,
+	}
+}
+
+// groupOf says which group of the stack a process is in; false when it is
+// not part of it (nor kubelet).
+func (s stack) groupOf(p procFS, pid int, st procStat) (group, bool) {
+	if pid == s.kubelet {
+		return groupKubelet, true
+	}
+	for _, d := range s.daemons {
+		if pid == d.pid {
+			return d.group, true
+		}
+	}
+	for _, c := range s.children {
+		if st.ppid == c.parent && st.comm == c.comm {
+			return c.group, true
+		}
+	}
+	if s.shimMarker != "" && isShimOf(p.cmdline(pid), s.shimMarker) {
+		return groupShims, true
+	}
+	return "", false
+}
+
+// isShimOf says whether a command line is a containerd shim's naming
+// marker.
+func isShimOf(args []string, marker string) bool {
+	return len(args) > 0 && strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") &&
+		strings.Contains(strings.Join(args, " "), marker)
 }
 
 // members maps each process of the stack to its group, with its stat.
@@ -157,33 +238,31 @@ func (s stack) members(p procFS) (map[procKey]group, map[procKey]procStat, error
 		if err != nil {
 			continue // gone meanwhile
 		}
-		var g group
-		switch {
-		case pid == s.netshim:
-			g = groupNetshim
-		case pid == s.kubelet:
-			g = groupKubelet
-		case pid == s.dockerd:
-			g = groupDockerd
-		case st.ppid == s.dockerd && st.comm == "containerd":
-			g = groupContainerd
-		default:
-			args := p.cmdline(pid)
-			if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") ||
-				!strings.Contains(strings.Join(args, " "), s.engineDir) {
-				continue
-			}
-			g = groupShims
+		g, ok := s.groupOf(p, pid, st)
+		if !ok {
+			continue
 		}
 		k := procKey{pid, st.start}
 		groups[k], stats[k] = g, st
 	}
-	for g, pid := range map[group]int{groupNetshim: s.netshim, groupDockerd: s.dockerd} {
-		if !hasGroup(groups, g) {
-			return nil, nil, fmt.Errorf("%s (pid %d) is not running", g, pid)
+	for _, d := range s.daemons {
+		if !hasGroup(groups, d.group) {
+			return nil, nil, fmt.Errorf("%s (pid %d) is not running", d.group, d.pid)
 		}
 	}
 	return groups, stats, nil
+}
+
+// shimPids are the pids of the shims whose command line names marker.
+func shimPids(p procFS, marker string) []int {
+	pids, _ := p.pids()
+	var out []int
+	for _, pid := range pids {
+		if isShimOf(p.cmdline(pid), marker) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 func hasGroup(groups map[procKey]group, g group) bool {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -83,7 +85,7 @@ func TestStackMembersAndFigures(t *testing.T) {
 		fakeProcess{pid: 42, ppid: 30, comm: "sleep", args: []string{"sleep", "1000000"}, ticks: 999, start: 9, pssKB: 9999},
 	)
 	p := procFS{root: root}
-	st := stack{netshim: 10, kubelet: 11, dockerd: 20, engineDir: engine}
+	st := netshimStack(10, 11, 20, engine)
 	c0, err := st.sampleCPU(p)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +141,7 @@ func TestStackMembersAndFigures(t *testing.T) {
 func TestStackMissingDaemon(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProcess{pid: 20, ppid: 1, comm: "dockerd", args: []string{"dockerd"}})
-	_, err := stack{netshim: 10, dockerd: 20, engineDir: "/x"}.sampleCPU(procFS{root: root})
+	_, err := netshimStack(10, 0, 20, "/x").sampleCPU(procFS{root: root})
 	if err == nil || !strings.Contains(err.Error(), "netshim (pid 10) is not running") {
 		t.Errorf("err = %v, want netshim not running", err)
 	}
@@ -159,6 +161,67 @@ func TestPSSMalformed(t *testing.T) {
 			t.Errorf("smaps_rollup %q: no error", data)
 		}
 	}
+}
+
+// The containerd peer's stack is its containerd and the shims naming its
+// address: not the private dockerd, its containerd or its shims, which run
+// beside it.
+func TestContainerdStack(t *testing.T) {
+	root := t.TempDir()
+	addr := "/tmp/nskbench.1/containerd-r1/containerd/containerd.sock"
+	engine := "/tmp/nskbench.1/docker"
+	shim := func(a string) []string {
+		return []string{"/x/bin/containerd-shim-runc-v2", "-namespace", "k8s.io", "-id", "abc", "-address", a}
+	}
+	writeFakeProc(t, root,
+		fakeProcess{pid: 11, ppid: 1, comm: "kubelet", args: []string{"kubelet"}, ticks: 500, start: 6, pssKB: 80000},
+		fakeProcess{pid: 50, ppid: 1, comm: "containerd", args: []string{"/x/bin/containerd", "--config", "/tmp/nskbench.1/containerd-r1/containerd/config.toml"}, ticks: 300, start: 9, pssKB: 40000},
+		fakeProcess{pid: 51, ppid: 1, comm: "containerd-shim", args: shim(addr), ticks: 10, start: 10, pssKB: 3000},
+		fakeProcess{pid: 52, ppid: 1, comm: "containerd-shim", args: shim(addr), ticks: 20, start: 11, pssKB: 3000},
+		fakeProcess{pid: 53, ppid: 51, comm: "pause", args: []string{"/pause"}, ticks: 1, start: 12, pssKB: 100},
+		// The world's private dockerd, its containerd and a shim: not this stack's.
+		fakeProcess{pid: 20, ppid: 1, comm: "dockerd", args: []string{"dockerd"}, ticks: 300, start: 2, pssKB: 50000},
+		fakeProcess{pid: 21, ppid: 20, comm: "containerd", args: []string{"containerd"}, ticks: 200, start: 3, pssKB: 40000},
+		fakeProcess{pid: 30, ppid: 1, comm: "containerd-shim", args: shim(engine + "/exec/containerd/containerd.sock"), ticks: 10, start: 7, pssKB: 5000},
+		// A shim of another run's containerd.
+		fakeProcess{pid: 60, ppid: 1, comm: "containerd-shim", args: shim("/tmp/nskbench.1/containerd-r2/containerd/containerd.sock"), ticks: 10, start: 7, pssKB: 5000},
+	)
+	p := procFS{root: root}
+	st := containerdStack(50, 11, addr)
+	groups, _, err := st.members(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]group{}
+	for k, g := range groups {
+		got[k.pid] = g
+	}
+	want := map[int]group{11: groupKubelet, 50: groupContainerd, 51: groupShims, 52: groupShims}
+	if !maps.Equal(got, want) {
+		t.Errorf("members = %v, want %v", got, want)
+	}
+	pss, err := st.samplePSS(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := pss.stackTotal(), float64((40000+6000)*1024); got != want {
+		t.Errorf("stack PSS = %.0f, want %.0f (containerd and its 2 shims)", got, want)
+	}
+	if got := shimPids(p, addr); !slices.Equal(sortedInts(got), []int{51, 52}) {
+		t.Errorf("shimPids = %v, want [51 52]", got)
+	}
+	// Without its containerd the stack is not measured; no netshim or
+	// dockerd is asked for.
+	_, err = containerdStack(99, 11, addr).sampleCPU(p)
+	if err == nil || !strings.Contains(err.Error(), "containerd (pid 99) is not running") {
+		t.Errorf("err = %v, want containerd not running", err)
+	}
+}
+
+func sortedInts(s []int) []int {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
 }
 
 // The real /proc: this process is found and has a PSS.

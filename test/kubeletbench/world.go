@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -33,6 +32,9 @@ type world struct {
 	ipamDir string
 	dockerd *harness.Dockerd
 	procs   procFS
+	// imagesTar holds the images saved from the private dockerd, for
+	// each containerd run to import ("" without the containerd peer).
+	imagesTar string
 }
 
 func newWorld(o options) (*world, error) {
@@ -52,6 +54,11 @@ func newWorld(o options) (*world, error) {
 func (w *world) setUp(ctx context.Context) error {
 	if err := preflight(); err != nil {
 		return err
+	}
+	if w.o.containerdBinDir != "" {
+		if err := checkNoHostImports(hostContainerdImports); err != nil {
+			return err
+		}
 	}
 	var err error
 	if w.tmp, err = os.MkdirTemp("", "nskbench."); err != nil {
@@ -92,7 +99,18 @@ func (w *world) setUp(ctx context.Context) error {
 	if err := w.guard.RecordProcess("dockerd", w.dockerdPid(), w.tmp); err != nil {
 		return err
 	}
-	return w.dockerd.LoadImages()
+	if err := w.dockerd.LoadImages(); err != nil {
+		return err
+	}
+	if w.o.containerdBinDir == "" {
+		return nil
+	}
+	// The containerd peer runs the very images netshim's runs do.
+	w.imagesTar = filepath.Join(w.tmp, "images.tar")
+	if out, err := w.dockerd.Docker("save", "-o", w.imagesTar, w.o.pauseImage, w.o.image); err != nil {
+		return fmt.Errorf("docker save of the images for containerd: %w\n%s", err, out)
+	}
+	return nil
 }
 
 // preflight refuses to run where the world would collide with the host: a
@@ -135,6 +153,14 @@ func (w *world) describe() map[string]string {
 	if v, err := harness.RunCmd(w.o.netshim, "version"); err == nil {
 		d["netshim"] = strings.TrimSpace(v)
 	}
+	if dir := w.o.containerdBinDir; dir != "" {
+		if v, err := harness.RunCmd(filepath.Join(dir, "containerd"), "--version"); err == nil {
+			d["containerd"] = strings.TrimSpace(v)
+		}
+		if v, err := harness.RunCmd(filepath.Join(dir, "runc"), "--version"); err == nil {
+			d["runc"], _, _ = strings.Cut(strings.TrimSpace(v), "\n")
+		}
+	}
 	return d
 }
 
@@ -163,70 +189,42 @@ func (w *world) tearDown() error {
 	return errors.Join(errs...)
 }
 
-// runWorld is one run's netshim and kubelet.
+// runWorld is one run's runtime and kubelet.
 type runWorld struct {
 	dir, staticDir string
-	netshim        *harness.Netshim
+	rt             runtimeUnderTest
 	kubelet        *harness.Kubelet
 	manifests      []string
 	artifacts      string
 }
 
-// startRun starts this run's netshim (with the mode's flags) and kubelet.
+// startRun starts this run's runtime (netshim with the mode's flags, or
+// containerd) and kubelet on it.
 func (w *world) startRun(ctx context.Context, r run, rw *runWorld) error {
 	rw.dir = filepath.Join(w.tmp, fmt.Sprintf("%s-r%d", r.mode.name, r.round))
 	rw.staticDir = filepath.Join(rw.dir, "manifests")
-	netshimDir := filepath.Join(rw.dir, "netshim")
 	if w.o.artifacts != "" {
 		rw.artifacts = filepath.Join(w.o.artifacts, fmt.Sprintf("%s-r%d", r.mode.name, r.round))
 		if err := os.MkdirAll(rw.artifacts, 0o755); err != nil {
 			return err
 		}
 	}
-	args := []string{"--network-plugin", "cni", "--metrics-bind-address", strings.TrimPrefix(w.netshimURL(), "http://")}
-	if w.o.profile {
-		args = append(args, "--enable-profiling")
-	}
-	var err error
-	rw.netshim, err = harness.NewNetshim(
-		harness.WithBinary(w.o.netshim),
-		harness.WithDir(netshimDir),
-		harness.WithDockerEndpoint(w.dockerd.Endpoint()),
-		harness.WithCNIBinDir(w.o.cniBinDir),
-		harness.WithPauseImage(w.o.pauseImage),
-		harness.WithVerbosity(w.o.netshimV),
-		harness.WithOwnProcessGroup(),
-		harness.WithArgs(append(args, r.mode.args...)...),
-		harness.WithCNIConfig(
-			harness.WithNetworkName(networkName),
-			harness.WithBridge(bridgeName),
-			harness.WithHairpin(false),
-			harness.WithIPAM(map[string]any{
-				"type":    "host-local",
-				"ranges":  [][]map[string]string{{{"subnet": subnetCIDR, "gateway": gatewayIP}}},
-				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
-				"dataDir": w.ipamDir,
-			}),
-			harness.WithFirewall(),
-		),
-	)
-	if err != nil {
+	rt := w.newRuntime(r.mode, rw.dir)
+	rw.rt = rt
+	if err := rt.start(ctx); err != nil {
 		return err
 	}
-	nctx, ncancel := context.WithTimeout(ctx, harness.StartTimeout+5*time.Second)
-	defer ncancel()
-	err = rw.netshim.Start(nctx)
-	if pid := rw.netshim.Pid(); pid > 0 {
-		err = errors.Join(err, w.guard.RecordProcess("netshim", pid, w.tmp))
-	}
-	if err != nil {
-		return fmt.Errorf("netshim %s: %w\n%s", strings.Join(r.mode.args, " "), err, rw.netshim.LogTail(20))
-	}
+	return w.startKubelet(ctx, rw)
+}
 
+// startKubelet starts the run's kubelet on its runtime: the same options
+// whatever the runtime (the harness gives --node-ip by default).
+func (w *world) startKubelet(ctx context.Context, rw *runWorld) error {
 	sync := w.o.syncFrequency.String()
+	var err error
 	rw.kubelet, err = harness.NewKubelet(
 		harness.WithKubeletBinary(w.o.kubelet),
-		harness.WithRuntimeEndpoint(rw.netshim.Sock),
+		harness.WithRuntimeEndpoint(rw.rt.endpoint()),
 		harness.WithKubeletDir(filepath.Join(rw.dir, "kubelet")),
 		harness.WithStaticPodPath(rw.staticDir),
 		harness.WithNodeName(nodeName),
@@ -234,7 +232,7 @@ func (w *world) startRun(ctx context.Context, r run, rw *runWorld) error {
 		harness.WithPodLogsDir(filepath.Join(rw.dir, "pods")),
 		harness.WithKubeletVerbosity(w.o.kubeletV),
 		harness.WithHostGuard(w.guard),
-		harness.WithKubeletConfig(func(cfg map[string]any) { cfg["syncFrequency"] = sync }),
+		harness.WithKubeletConfig(func(cfg map[string]any) { kubeletConfigEdits(cfg, sync, w.o.maxPods) }),
 	)
 	if err != nil {
 		return err
@@ -244,10 +242,20 @@ func (w *world) startRun(ctx context.Context, r run, rw *runWorld) error {
 	return rw.kubelet.Start(kctx)
 }
 
+// kubeletConfigEdits are the bench's changes to the harness's kubelet
+// config: syncFrequency, and maxPods when --max-pods is given (0 leaves
+// kubelet's default, 110).
+func kubeletConfigEdits(cfg map[string]any, syncFrequency string, maxPods int) {
+	cfg["syncFrequency"] = syncFrequency
+	if maxPods > 0 {
+		cfg["maxPods"] = maxPods
+	}
+}
+
 // stopRun removes what is left of the run's pods (after a failure: the
-// manifests, then through netshim), stops kubelet and netshim, keeps their
-// logs and checks that the run left nothing in the engine, the network or
-// netshim's state.
+// manifests, then through the runtime), stops kubelet and the runtime,
+// keeps their logs, checks that the run left nothing behind and removes
+// the run's dir.
 func (w *world) stopRun(rw *runWorld) error {
 	var errs []error
 	errs = append(errs, removeManifests(rw.manifests))
@@ -257,28 +265,14 @@ func (w *world) stopRun(rw *runWorld) error {
 			copyFile(rw.kubelet.LogPath, filepath.Join(rw.artifacts, "kubelet.log"))
 		}
 	}
-	if rw.netshim != nil {
-		if rw.netshim.Running() {
-			ctx, cancel := context.WithTimeout(context.Background(), harness.RPCTimeout)
-			if v, err := viewPods(ctx, rw.netshim.CRI().Runtime, namespace); err == nil && v.sandboxes > 0 {
-				errs = append(errs, fmt.Errorf("kubelet left %v; removing them through netshim", v))
-				errs = append(errs, rw.netshim.RemovePods(ctx, namespace))
-			}
-			cancel()
-		}
-		errs = append(errs, rw.netshim.Stop(syscall.SIGTERM))
-		if rw.artifacts != "" {
-			copyFile(rw.netshim.LogPath, filepath.Join(rw.artifacts, "netshim.log"))
-		}
-		errs = append(errs, w.audit(rw.netshim.RootDir, rw.netshim.NetNSDir))
-		// netshim never unmounts its netns dir; the guard would, at the
-		// end of the bench, and each round has its own.
-		errs = append(errs, rw.netshim.UnmountNetNSDir())
+	if rw.rt != nil {
+		errs = append(errs, rw.rt.stop(rw.artifacts))
 	}
+	errs = append(errs, removeRunDir(rw.dir))
 	return errors.Join(errs...)
 }
 
-// audit checks that no pod of the run left anything: containers in the
+// audit checks that no pod of a netshim run left anything: containers in the
 // private engine (all of its containers are the bench's), checkpoints in
 // netshim's root, pinned network namespaces in its netns dir, IPs in
 // host-local's store, veths on the bridge, the portmap and firewall
@@ -297,6 +291,14 @@ func (w *world) audit(netshimRoot, netnsDir string) error {
 	if nss, _ := podns.NewPinner(netnsDir).List(); len(nss) > 0 {
 		leaks = append(leaks, fmt.Sprintf("%d pinned netns left in %s", len(nss), netnsDir))
 	}
+	return leakError(append(leaks, w.networkLeaks()...))
+}
+
+// networkLeaks are what the run's pods left of their network, whatever
+// the runtime: IPs in host-local's store, veths on the bridge, the
+// portmap and firewall plugins' rules.
+func (w *world) networkLeaks() []string {
+	var leaks []string
 	_, subnet, _ := net.ParseCIDR(subnetCIDR)
 	entries, _ := os.ReadDir(filepath.Join(w.ipamDir, networkName))
 	for _, e := range entries {
@@ -312,14 +314,20 @@ func (w *world) audit(netshimRoot, netnsDir string) error {
 	} else if len(rules) > 0 {
 		leaks = append(leaks, fmt.Sprintf("CNI rules left: %s", strings.Join(rules, "; ")))
 	}
+	return leaks
+}
+
+// leakError is the audit's error, nil when nothing leaked.
+func leakError(leaks []string) error {
 	if len(leaks) > 0 {
 		return fmt.Errorf("leak audit: %s", strings.Join(leaks, "; "))
 	}
 	return nil
 }
 
-// measure is one run: start netshim and kubelet, drop the manifests, wait
-// for the pods, hold, remove the manifests, wait for the pods to go, stop.
+// measure is one run: start the runtime and kubelet, drop the manifests,
+// wait for the pods, hold, remove the manifests, wait for the pods to go,
+// stop.
 func (w *world) measure(ctx context.Context, r run) (res result) {
 	res.run = r
 	var rw runWorld
@@ -332,8 +340,8 @@ func (w *world) measure(ctx context.Context, r run) (res result) {
 		res.err = err
 		return res
 	}
-	rt := rw.netshim.CRI().Runtime
-	st := stack{netshim: rw.netshim.Pid(), kubelet: rw.kubelet.Pid(), dockerd: w.dockerdPid(), engineDir: w.dockerd.Dir}
+	rt := rw.rt.runtimeClient()
+	st := rw.rt.stack(rw.kubelet.Pid())
 
 	// Drop -> all running.
 	start := time.Now()
@@ -351,6 +359,7 @@ func (w *world) measure(ctx context.Context, r run) (res result) {
 		res.err = fmt.Errorf("pods up: %w", err)
 		return res
 	}
+	w.measureStarted(ctx, rt, start, &res)
 	fmt.Printf("    %d pods running after %s; settling %s\n", n, res.up.Round(10*time.Millisecond), w.o.settle)
 	if err := sleepCtx(ctx, w.o.settle); err != nil {
 		res.err = err
@@ -385,15 +394,29 @@ func (w *world) measure(ctx context.Context, r run) (res result) {
 	return res
 }
 
+// measureStarted reads, once all run, when each pod's container started
+// (its CRI StartedAt) after the drop: the p50 and p99 over the pods. A
+// failure is a note, not the run's: the other figures stand.
+func (w *world) measureStarted(ctx context.Context, rt runtimeapi.RuntimeServiceClient, drop time.Time, res *result) {
+	started, err := startedAfter(ctx, rt, namespace, drop)
+	if err != nil {
+		res.notes = append(res.notes, fmt.Sprintf("containers' StartedAt: %v", err))
+		return
+	}
+	res.startedP50, res.startedOK = percentile(started, 50)
+	res.startedP99, _ = percentile(started, 99)
+}
+
 // hold samples the stack's CPU and kubelet's metrics, waits the hold with
 // nothing changing (taking a CPU profile of netshim meanwhile if asked),
 // samples again and measures memory.
 func (w *world) hold(ctx context.Context, rt runtimeapi.RuntimeServiceClient, st stack, rw runWorld, res *result) error {
+	nsURL := rw.rt.netshimURL()
 	before, err := viewPods(ctx, rt, namespace)
 	if err != nil {
 		return err
 	}
-	k0, n0, err := w.scrapeBoth(ctx, rw)
+	k0, n0, err := scrapeBoth(ctx, rw.kubelet.URL(), nsURL)
 	if err != nil {
 		return err
 	}
@@ -404,7 +427,8 @@ func (w *world) hold(ctx context.Context, rt runtimeapi.RuntimeServiceClient, st
 	t0 := time.Now()
 	fmt.Printf("    holding %s\n", w.o.hold)
 	profDone := make(chan error, 1)
-	if w.o.profile {
+	prof := w.o.profile && nsURL != "" // pprof is netshim's
+	if prof {
 		go func() { profDone <- w.profile(ctx, filepath.Join(rw.artifacts, "netshim.cpu.pprof")) }()
 	} else {
 		profDone <- nil
@@ -417,14 +441,14 @@ func (w *world) hold(ctx context.Context, rt runtimeapi.RuntimeServiceClient, st
 		return err
 	}
 	res.holdWall = time.Since(t0)
-	k1, n1, err := w.scrapeBoth(ctx, rw)
+	k1, n1, err := scrapeBoth(ctx, rw.kubelet.URL(), nsURL)
 	if err != nil {
 		return err
 	}
 	if res.pss, err = st.samplePSS(w.procs); err != nil {
 		return err
 	}
-	if w.o.profile {
+	if prof {
 		// The heap as the PSS was taken: what netshim's share of it holds.
 		if err := w.fetchPprof(ctx, "heap", filepath.Join(rw.artifacts, "netshim.heap.pprof")); err != nil {
 			res.notes = append(res.notes, fmt.Sprintf("heap profile: %v", err))
@@ -436,8 +460,10 @@ func (w *world) hold(ctx context.Context, rt runtimeapi.RuntimeServiceClient, st
 		res.notes = append(res.notes, fmt.Sprintf("%d stack process(es) exited during the hold (their CPU is not counted)", gone))
 	}
 	res.pleg, res.plegOK = plegMean(k0, k1)
-	res.rpcs = countsBetween(n0, n1, netshimRPCs)
-	res.dockerCalls = countsBetween(n0, n1, netshimDockerCalls)
+	if nsURL != "" {
+		res.rpcs = countsBetween(n0, n1, netshimRPCs)
+		res.dockerCalls = countsBetween(n0, n1, netshimDockerCalls)
+	}
 	after, err := viewPods(ctx, rt, namespace)
 	if err != nil {
 		return err
@@ -451,15 +477,19 @@ func (w *world) hold(ctx context.Context, rt runtimeapi.RuntimeServiceClient, st
 	return nil
 }
 
-// scrapeBoth reads kubelet's metrics and netshim's.
-func (w *world) scrapeBoth(ctx context.Context, rw runWorld) (kubelet, netshim samples, err error) {
-	if kubelet, err = scrape(ctx, rw.kubelet.URL()+"/metrics", kubeletWanted); err != nil {
+// scrapeBoth reads kubelet's metrics and netshim's; netshim's are nil
+// when netshimURL is "" (the containerd peer's run).
+func scrapeBoth(ctx context.Context, kubeletURL, netshimURL string) (kubelet, netshim samples, err error) {
+	if kubelet, err = scrape(ctx, kubeletURL+"/metrics", kubeletWanted); err != nil {
 		return nil, nil, fmt.Errorf("kubelet's metrics: %w", err)
 	}
 	if _, ok := kubelet[plegRelistCount]; !ok {
 		return nil, nil, fmt.Errorf("kubelet's metrics have no %s", plegRelistCount)
 	}
-	if netshim, err = scrape(ctx, w.netshimURL()+"/metrics", netshimWanted); err != nil {
+	if netshimURL == "" {
+		return kubelet, nil, nil
+	}
+	if netshim, err = scrape(ctx, netshimURL+"/metrics", netshimWanted); err != nil {
 		return nil, nil, fmt.Errorf("netshim's metrics: %w", err)
 	}
 	return kubelet, netshim, nil
