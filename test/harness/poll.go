@@ -74,6 +74,10 @@ func MustRun(t testing.TB, name string, args ...string) string {
 	return out
 }
 
+// FileTail returns the last n lines of the file at path, or a note saying
+// why there are none: a log's end for an error message.
+func FileTail(path string, n int) string { return tail(path, n) }
+
 // tail returns the last n lines of the file at path, or a note saying why
 // there are none.
 func tail(path string, n int) string {

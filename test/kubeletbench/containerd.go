@@ -593,15 +593,8 @@ func removeRunDir(dir string) error {
 	return os.RemoveAll(dir)
 }
 
-// tail is the last n lines of a file, for an error message.
+// tail is the last n lines of a log, headed by its path, for an error
+// message.
 func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(no log at %s: %v)", path, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "---- last lines of " + path + " ----\n" + strings.Join(lines, "\n")
+	return "---- last lines of " + path + " ----\n" + harness.FileTail(path, n)
 }
