@@ -558,10 +558,12 @@ run:
 bench:
 	@hack/bench.sh $(BENCH_FLAGS)
 
-## bench-kubelet: netshim under a real kubelet with 50 static pods (test/kubeletbench, issue 13): drop -> all
-# running, PLEG relist mean, the runtime stack's CPU over a 2-minute hold and its PSS, teardown; one column per
-# netshim configuration (default, plus BENCH_KUBELET_FLAGS="--mode NAME='--flag ...'"); prints the table, also in
-# _output/bench-kubelet.md (root; run it under flock /tmp/netshim-docker.lock)
+## bench-kubelet: netshim under a real kubelet with 50 static pods (test/kubeletbench, issues 13 and 27): drop ->
+# all running, per-pod container start p50/p99, PLEG relist mean, the runtime stack's CPU over a 2-minute hold and
+# its PSS, teardown; one column per netshim configuration (default, plus BENCH_KUBELET_FLAGS="--mode NAME='--flag
+# ...'") and one for containerd 2.4.2's own CRI (built from the module proxy; BENCH_KUBELET_CONTAINERD=0 leaves it
+# out), with ratios to containerd; larger runs: BENCH_KUBELET_FLAGS="--pods 250 --max-pods 250 --up-timeout 10m".
+# Prints the table, also in _output/bench-kubelet.md (root; run it under flock /tmp/netshim-docker.lock)
 bench-kubelet:
 	@hack/bench-kubelet.sh $(BENCH_KUBELET_FLAGS)
 
