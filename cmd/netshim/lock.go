@@ -7,12 +7,19 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // lockFileName is the single-instance lock in --root-dir.
 const lockFileName = "netshim.lock"
+
+// lockWait is how long start-up waits for the lock before it gives up:
+// long enough for what a netshim killed a moment ago leaves holding it
+// (see lockRootDir), short enough that a second instance started by
+// mistake fails at once for a person watching.
+const lockWait = 3 * time.Second
 
 // lockRootDir makes this process the only netshim on rootDir: it takes an
 // exclusive flock on ROOT/netshim.lock, without waiting, and keeps it for
@@ -25,10 +32,15 @@ const lockFileName = "netshim.lock"
 // flock, rather than a pid file, because the kernel drops the lock when
 // the process dies, however it dies: a crash leaves no stale lock behind.
 // The lock belongs to the open file, which is close-on-exec, so CNI
-// plugins and other children cannot keep it alive after netshim exits.
+// plugins and other children cannot keep it alive once they run; but a
+// child forked and not yet exec'd shares netshim's open files, and a
+// netshim killed while it starts CNI plugins for 30 pods at once can
+// leave one holding the lock for a moment after it died (seen once in the
+// fault suite's kill loop, on a loaded 2-core machine). So the lock is
+// tried again for up to wait before another holder is reported.
 // The holder's pid is written into the file only to name it in the error
 // the next instance reports.
-func lockRootDir(rootDir string) (*os.File, error) {
+func lockRootDir(rootDir string, wait time.Duration) (*os.File, error) {
 	if err := os.MkdirAll(rootDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating --root-dir %s: %w", rootDir, err)
 	}
@@ -37,7 +49,7 @@ func lockRootDir(rootDir string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the lock file %s: %w", path, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := flockWithin(f, wait); err != nil {
 		holder := lockHolder(f)
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
@@ -50,6 +62,19 @@ func lockRootDir(rootDir string) (*os.File, error) {
 		_, _ = f.WriteAt(pid, 0)
 	}
 	return f, nil
+}
+
+// flockWithin takes an exclusive flock on f, trying again every 50 ms
+// while another open file holds it, for up to wait.
+func flockWithin(f *os.File, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || !time.Now().Before(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // lockHolder names the pid a lock file records, as " (pid N)", or "".

@@ -74,7 +74,7 @@ func listDir(t *testing.T, dir string) []string {
 func TestSecondInstanceStopsBeforeAnySideEffect(t *testing.T) {
 	dir := t.TempDir()
 	opts := testOptions(dir)
-	held, err := lockRootDir(opts.rootDir)
+	held, err := lockRootDir(opts.rootDir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestLockHelperProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process for TestLockIsReleasedWhenTheHolderDies")
 	}
-	if _, err := lockRootDir(dir); err != nil {
+	if _, err := lockRootDir(dir, 0); err != nil {
 		os.Stdout.WriteString("error: " + err.Error() + "\n")
 		os.Exit(1)
 	}
@@ -157,7 +157,7 @@ func TestLockIsReleasedWhenTheHolderDies(t *testing.T) {
 		t.Fatal("the helper did not take the lock")
 	}
 
-	if f, err := lockRootDir(dir); err == nil {
+	if f, err := lockRootDir(dir, 0); err == nil {
 		f.Close()
 		t.Fatal("took the lock another process holds")
 	} else if want := "(pid " + strconv.Itoa(cmd.Process.Pid) + ")"; !strings.Contains(err.Error(), want) {
@@ -168,14 +168,45 @@ func TestLockIsReleasedWhenTheHolderDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	f, err := lockRootDir(dir)
+	f, err := lockRootDir(dir, 0)
 	if err != nil {
 		t.Fatalf("lock still held after its holder was killed: %v", err)
 	}
 	defer f.Close()
 	// Held again, by this process now: a third instance is refused.
-	if g, err := lockRootDir(dir); err == nil {
+	if g, err := lockRootDir(dir, 0); err == nil {
 		g.Close()
 		t.Error("took a lock this process holds through another open file")
 	}
+}
+
+// TestLockWaitsForAMomentaryHolder: a lock another open file holds for a
+// moment (what a child of a netshim killed mid-fork keeps until it
+// execs) is taken once it is released, within the wait; one held longer
+// than the wait is reported.
+func TestLockWaitsForAMomentaryHolder(t *testing.T) {
+	dir := t.TempDir()
+	held, err := lockRootDir(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		held.Close()
+		close(released)
+	}()
+	f, err := lockRootDir(dir, 30*time.Second)
+	if err != nil {
+		t.Fatalf("the lock released after 200 ms was not taken: %v", err)
+	}
+	<-released
+	start := time.Now()
+	if g, err := lockRootDir(dir, 300*time.Millisecond); err == nil {
+		g.Close()
+		t.Fatal("took a lock held for longer than the wait")
+	} else if time.Since(start) < 300*time.Millisecond {
+		t.Errorf("gave up after %s, before the wait of 300ms", time.Since(start))
+	}
+	f.Close()
 }

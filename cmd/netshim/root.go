@@ -87,7 +87,7 @@ func run(ctx context.Context, opts *options) error {
 	defer stop()
 	// Then, before anything touches the socket file, the checkpoints,
 	// the network or the CNI cache: only one netshim per root dir.
-	lock, err := lockRootDir(opts.rootDir)
+	lock, err := lockRootDir(opts.rootDir, lockWait)
 	if err != nil {
 		return err
 	}
