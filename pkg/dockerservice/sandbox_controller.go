@@ -133,7 +133,7 @@ func (ds *DockerService) chooseSandboxController(ctx context.Context, cfg *runti
 	case ds.cfg.SandboxNetNS == SandboxNetNSPinned:
 		return pinnedSandboxes{infraSandboxes{ds}}, reasonConfigured, nil
 	}
-	if why := pauseNeeded(cfg, handler); why != "" {
+	if why := pauseNeeded(cfg); why != "" {
 		return pinnedSandboxes{infraSandboxes{ds}}, why, nil
 	}
 	return pauselessSandboxes{ds}, reasonNoPauseNeeded, nil

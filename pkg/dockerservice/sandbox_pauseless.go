@@ -52,15 +52,13 @@ type pauselessSandboxes struct{ ds *DockerService }
 
 func (pauselessSandboxes) mode() string { return SandboxNetNSPauseless }
 
-// pauseNeeded says why a pod cannot do without a pause container (a
-// modeReason code), or "" if it can.
-func pauseNeeded(cfg *runtimeapi.PodSandboxConfig, handler string) string {
+// pauseNeeded says why a pod whose netns is pinned cannot do without a
+// pause container (a modeReason code), or "" if it can. Host-network and
+// runtime-handler pods never get here: usePinnedNetNS gives them the
+// docker mode (dockerModeReason).
+func pauseNeeded(cfg *runtimeapi.PodSandboxConfig) string {
 	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	switch {
-	case handler != "":
-		return reasonRuntimeHandler
-	case ns.GetNetwork() == runtimeapi.NamespaceMode_NODE:
-		return reasonHostNetwork
 	case ns.GetIpc() == runtimeapi.NamespaceMode_NODE:
 		return reasonNodeIPC
 	case ns.GetPid() == runtimeapi.NamespaceMode_POD:
